@@ -1,0 +1,1 @@
+"""Tokenizers: one module per modality, all written against the public tokenizer API."""
