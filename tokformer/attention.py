@@ -1,0 +1,122 @@
+"""Multi-head attention on :func:`torch.nn.functional.scaled_dot_product_attention`.
+
+Self-attention projects queries, keys and values with one fused ``qkv`` linear layer
+(one matmul instead of three); cross-attention projects queries from the decoder (``q``)
+and keys/values from the encoder memory with one fused ``kv`` layer. Parameter names
+follow timm's ``Attention`` (``qkv``, ``proj``) so weights move between the two by name.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from tokformer.kv_cache import KVCache
+from tokformer.masks import causal_mask, combine_masks, rows_with_keys
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention over ``n_heads`` heads of ``d_model // n_heads`` dims.
+
+    Args:
+        d_model: token width.
+        n_heads: number of heads; must divide ``d_model``.
+        dropout: dropout on the attention weights.
+        proj_dropout: dropout on the output projection (a residual-branch dropout).
+        bias: whether the projections have biases.
+        cross: cross-attention (queries from ``x``, keys/values from ``context``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        dropout: float = 0.0,
+        proj_dropout: float = 0.0,
+        bias: bool = True,
+        cross: bool = False,
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.n_heads = n_heads
+        self.cross = cross
+        self.dropout = dropout
+        if cross:
+            self.q = nn.Linear(d_model, d_model, bias=bias)
+            self.kv = nn.Linear(d_model, 2 * d_model, bias=bias)
+        else:
+            self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.proj = nn.Linear(d_model, d_model, bias=bias)
+        self.proj_drop = nn.Dropout(proj_dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Attend from ``x`` ``[B, Nq, d]`` to itself, or to ``context`` ``[B, Nk, d]``.
+
+        Args:
+            attn_mask: bool (True = may attend) or additive float mask, broadcastable to
+                ``[B, heads, Nq, Nk]``, where Nk counts cached keys too.
+            is_causal: also forbid attending to later positions (aligned so the last
+                query sits at the last key, which is what a KV cache needs).
+            cache: self-attention: new keys/values are appended and all are attended to;
+                cross-attention (static cache): keys/values of ``context`` are computed
+                on the first call and reused after, so ``context`` may then be None.
+
+        Returns ``[B, Nq, d]``. A query row whose keys are all masked yields zeros.
+        """
+        q, k, v = self._project(x, context, cache)  # each [B, H, N, Dh]
+        n_queries, n_keys = q.shape[2], k.shape[2]
+
+        if is_causal and attn_mask is None and n_queries == n_keys:
+            out = self._sdpa(q, k, v, mask=None, is_causal=True)  # fast path: fused causal kernel
+        else:
+            if is_causal:
+                attn_mask = combine_masks(attn_mask, causal_mask(n_queries, n_keys, device=q.device))
+            out = self._masked_sdpa(q, k, v, attn_mask)
+        out = rearrange(out, "b h n d -> b n (h d)")
+        return self.proj_drop(self.proj(out))
+
+    def _project(self, x: Tensor, context: Tensor | None, cache: KVCache | None) -> tuple[Tensor, ...]:
+        split = lambda t: rearrange(t, "b n (h d) -> b h n d", h=self.n_heads)
+        if not self.cross:
+            q, k, v = map(split, self.qkv(x).chunk(3, dim=-1))
+            if cache is not None:
+                k, v = cache.append(k, v)
+            return q, k, v
+        q = split(self.q(x))
+        if cache is not None and not cache.empty:
+            return q, cache.keys, cache.values
+        if context is None:
+            raise ValueError("cross-attention needs `context` (or a filled cache)")
+        k, v = map(split, self.kv(context).chunk(2, dim=-1))
+        if cache is not None:
+            cache.append(k, v)
+        return q, k, v
+
+    def _masked_sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        if mask is None:
+            return self._sdpa(q, k, v, mask=None)
+        # A row with every key masked would softmax over all -inf and give NaN (in the
+        # backward pass too). Let such rows attend to everything, then zero their output:
+        # the zeroing blocks the gradient, so nothing non-finite appears anywhere.
+        # Done unconditionally: checking first would force a device sync on every call.
+        has_key = rows_with_keys(mask)  # [..., Nq, 1]
+        safe_mask = mask.masked_fill(~has_key, 0.0) if mask.dtype.is_floating_point else mask | ~has_key
+        out = self._sdpa(q, k, v, mask=safe_mask)
+        return out.masked_fill(~has_key, 0.0)
+
+    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(q.dtype)
+        dropout = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)

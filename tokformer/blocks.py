@@ -1,0 +1,92 @@
+"""Transformer blocks: attention and a feed-forward network, each wrapped in a residual.
+
+Pre-norm (``x + f(norm(x))``, the default, as in GPT-2 and ViT) keeps an identity path
+from input to output and trains stably without warmup tricks; post-norm
+(``norm(x + f(x))``, as in "Attention Is All You Need") is available for fidelity to the
+paper and parity with ``torch.nn.TransformerEncoderLayer(norm_first=False)``.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from tokformer.attention import MultiHeadAttention
+from tokformer.config import TransformerConfig
+from tokformer.kv_cache import KVCache
+from tokformer.layers import FeedForward
+
+
+def _attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        cfg.d_model, cfg.n_heads, dropout=cfg.attn_dropout_p, proj_dropout=cfg.dropout, bias=cfg.bias, cross=cross
+    )
+
+
+def _feed_forward(cfg: TransformerConfig) -> FeedForward:
+    return FeedForward(cfg.d_model, cfg.ff_width, activation=cfg.activation, dropout=cfg.dropout, bias=cfg.bias)
+
+
+class EncoderBlock(nn.Module):
+    """Self-attention + feed-forward. Bidirectional or causal, decided per call.
+
+    Also the block of decoder-only language models (self-attention with a causal mask).
+    Names follow timm's ``Block`` (norm1, attn, norm2, mlp).
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.attn = _attention(cfg)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = _feed_forward(cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+    ) -> Tensor:  # [B, N, d] -> [B, N, d]
+        attend = lambda h: self.attn(h, attn_mask=attn_mask, is_causal=is_causal, cache=cache)
+        if self.norm_first:
+            x = x + attend(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+        x = self.norm1(x + attend(x))
+        return self.norm2(x + self.mlp(x))
+
+
+class DecoderBlock(nn.Module):
+    """Causal self-attention, cross-attention to the encoder memory, feed-forward."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.attn = _attention(cfg)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.cross_attn = _attention(cfg, cross=True)
+        self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = _feed_forward(cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        *,
+        attn_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        is_causal: bool = True,
+        cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
+    ) -> Tensor:  # x [B, N, d], memory [B, M, d] -> [B, N, d]
+        attend = lambda h: self.attn(h, attn_mask=attn_mask, is_causal=is_causal, cache=cache)
+        cross = lambda h: self.cross_attn(h, memory, attn_mask=memory_mask, cache=cross_cache)
+        if self.norm_first:
+            x = x + attend(self.norm1(x))
+            x = x + cross(self.norm2(x))
+            return x + self.mlp(self.norm3(x))
+        x = self.norm1(x + attend(x))
+        x = self.norm2(x + cross(x))
+        return self.norm3(x + self.mlp(x))
