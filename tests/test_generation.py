@@ -1,0 +1,114 @@
+"""Generation: cached == uncached, batched left-padded == alone, and the sampling filters."""
+
+import pytest
+import torch
+
+from tokformer.config import TransformerConfig
+from tokformer.embedding import Embedder
+from tokformer.generation import generate, left_pad, positions_from_mask
+from tokformer.language_model import CausalLM
+from tokformer.positional import LearnedPositions
+from tokformer.sampling import SamplingConfig, filter_logits, sample_next
+
+VOCAB = 50
+
+
+def tiny_lm(seed: int = 0) -> CausalLM:
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(d_model=32, n_heads=4, n_layers=2, dropout=0.0)
+    embedder = Embedder(32, vocab_size=VOCAB, position=LearnedPositions(32, 128))
+    model = CausalLM(embedder, cfg, VOCAB).eval()
+    with torch.no_grad():  # sharper logits than the 0.02-std init, so greedy paths are not all alike
+        model.embedder.tokens.weight.normal_(std=0.3)
+    return model
+
+
+GREEDY = SamplingConfig(temperature=0)
+
+
+def test_greedy_generation_is_identical_with_and_without_cache():
+    model = tiny_lm()
+    ids, mask = left_pad([[1, 2, 3, 4, 5]])
+    cached = generate(model, ids, mask, max_new_tokens=40, sampling=GREEDY, use_cache=True)
+    uncached = generate(model, ids, mask, max_new_tokens=40, sampling=GREEDY, use_cache=False)
+    assert cached == uncached
+    assert len(cached[0]) == 40
+
+
+def test_batched_left_padded_generation_equals_each_prompt_alone():
+    model = tiny_lm()
+    prompts = [[7], [3, 9, 4, 1, 2, 8], [11, 12, 13]]
+    ids, mask = left_pad(prompts)
+    batched = generate(model, ids, mask, max_new_tokens=12, sampling=GREEDY)
+    for prompt, got in zip(prompts, batched):
+        alone = generate(model, *left_pad([prompt]), max_new_tokens=12, sampling=GREEDY)[0]
+        assert got == alone
+
+
+def test_seeded_sampling_is_reproducible_and_sampling_differs_from_greedy():
+    model = tiny_lm()
+    ids, mask = left_pad([[1, 2, 3]] * 4)
+    hot = SamplingConfig(temperature=1.5)
+    first = generate(model, ids, mask, max_new_tokens=10, sampling=hot, generator=torch.Generator().manual_seed(1))
+    second = generate(model, ids, mask, max_new_tokens=10, sampling=hot, generator=torch.Generator().manual_seed(1))
+    assert first == second
+    assert len({tuple(row) for row in first}) > 1  # rows sample independently
+
+
+def test_eos_and_stop_callback_end_rows():
+    model = tiny_lm()
+    ids, mask = left_pad([[1, 2, 3]])
+    free = generate(model, ids, mask, max_new_tokens=10, sampling=GREEDY)[0]
+    eos = free[3]
+    with_eos = generate(model, ids, mask, max_new_tokens=10, sampling=GREEDY, eos_id=eos)[0]
+    assert with_eos == free[: free.index(eos)]
+    stopped = generate(model, ids, mask, max_new_tokens=10, sampling=GREEDY, stop=lambda row: len(row) == 2)[0]
+    assert stopped == free[:2]
+
+
+def test_streaming_callback_sees_every_step():
+    model = tiny_lm()
+    seen = []
+    generate(model, *left_pad([[1, 2]]), max_new_tokens=5, sampling=GREEDY,
+             on_token=lambda ids, running: seen.append(int(ids[0])))
+    assert len(seen) == 5
+
+
+def test_left_pad_and_positions():
+    ids, mask = left_pad([[5, 6, 7], [8]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]]
+    assert positions_from_mask(mask).tolist() == [[0, 1, 2], [0, 0, 0]]
+    with pytest.raises(ValueError):
+        left_pad([[]])
+
+
+def test_top_k_keeps_exactly_the_k_largest():
+    logits = torch.tensor([[1.0, 5.0, 3.0, 4.0, 2.0]])
+    kept = torch.isfinite(filter_logits(logits, top_k=2))
+    assert kept.tolist() == [[False, True, False, True, False]]
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    logits = probs.log()
+    assert torch.isfinite(filter_logits(logits, top_p=0.5)).tolist() == [[True, False, False, False]]
+    assert torch.isfinite(filter_logits(logits, top_p=0.8)).tolist() == [[True, True, False, False]]
+    assert torch.isfinite(filter_logits(logits, top_p=0.81)).tolist() == [[True, True, True, False]]
+
+
+def test_greedy_is_argmax_and_sampling_respects_top_k():
+    logits = torch.randn(64, 10)
+    assert torch.equal(sample_next(logits, GREEDY), logits.argmax(-1))
+    draws = sample_next(logits, SamplingConfig(temperature=1.0, top_k=1), torch.Generator().manual_seed(0))
+    assert torch.equal(draws, logits.argmax(-1))
+
+
+@pytest.mark.parametrize("kwargs", [dict(temperature=-1), dict(top_k=0), dict(top_p=0.0), dict(top_p=1.5)])
+def test_sampling_config_rejects_bad_values(kwargs):
+    with pytest.raises(ValueError):
+        SamplingConfig(**kwargs)
+
+
+def test_tied_embeddings_share_one_tensor():
+    model = tiny_lm()
+    assert model.head.weight.data_ptr() == model.embedder.tokens.weight.data_ptr()

@@ -1,0 +1,104 @@
+"""Autoregressive generation from a `CausalLM`, with or without the KV cache.
+
+Prompts of different lengths are left-padded into one batch, so every row's last prompt
+token sits in the last column and the new tokens line up. Padding is masked out of
+attention, and positions count real tokens only (a row's first real token is position 0
+however much padding precedes it), so a batched row generates exactly what it would alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from tokformer.batch import TokenBatch
+from tokformer.language_model import CausalLM
+from tokformer.sampling import SamplingConfig, sample_next
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[Tensor, Tensor]:
+    """Lists of ids -> (``[B, T]`` ids, ``[B, T]`` mask) with padding on the left."""
+    if not sequences or any(len(s) == 0 for s in sequences):
+        raise ValueError("every prompt needs at least one token")
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.bool)
+    for row, seq in enumerate(sequences):
+        ids[row, width - len(seq) :] = torch.as_tensor(list(seq), dtype=torch.long)
+        mask[row, width - len(seq) :] = True
+    return ids, mask
+
+
+def positions_from_mask(mask: Tensor) -> Tensor:
+    """``[B, T]`` position of each token among its row's real tokens (padding gets 0)."""
+    return (mask.long().cumsum(dim=1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def generate(
+    model: CausalLM,
+    ids: Tensor,
+    mask: Tensor,
+    *,
+    max_new_tokens: int,
+    sampling: SamplingConfig | None = None,
+    eos_id: int | None = None,
+    stop: Callable[[list[int]], bool] | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+    on_token: Callable[[Tensor, Tensor], None] | None = None,
+) -> list[list[int]]:
+    """Continue each left-padded prompt ``ids`` ``[B, T]`` (``mask`` True = real token).
+
+    Args:
+        max_new_tokens: the most tokens to add per row.
+        sampling: greedy when ``temperature == 0``; default is plain sampling at 1.0.
+        eos_id: a row ends after producing this id (which is not returned).
+        stop: called with a row's new ids after each step; True ends the row (e.g. a stop
+            string appeared in the decoded text).
+        use_cache: reuse keys/values of past tokens (O(1) work per new token per layer)
+            instead of re-running the whole sequence each step.
+        on_token: called after each step with the ``[B]`` new ids and the ``[B]`` bool
+            "row still running" flags, for streaming.
+
+    Returns the new ids of each row.
+    """
+    sampling = sampling or SamplingConfig()
+    model.eval()
+    device = next(model.parameters()).device
+    ids, mask = ids.to(device), mask.to(device)
+    batch_size = ids.shape[0]
+    caches = model.make_caches() if use_cache else None
+    running = torch.ones(batch_size, dtype=torch.bool, device=device)
+    new_tokens: list[list[int]] = [[] for _ in range(batch_size)]
+
+    step_ids, step_mask, key_mask = ids, mask, mask
+    step_positions = positions_from_mask(mask)
+    for _ in range(max_new_tokens):
+        batch = TokenBatch(mask=step_mask, ids=step_ids, positions=step_positions)
+        logits = model(batch, caches, key_mask=key_mask)[:, -1]  # [B, V]
+        next_ids = sample_next(logits, sampling, generator)  # [B]
+        for row in running.nonzero().flatten().tolist():
+            token = int(next_ids[row])
+            if token == eos_id:
+                running[row] = False
+                continue
+            new_tokens[row].append(token)
+            if stop is not None and stop(new_tokens[row]):
+                running[row] = False
+        if on_token is not None:
+            on_token(next_ids, running)
+        if not running.any():
+            break
+        ones = torch.ones(batch_size, 1, dtype=torch.bool, device=device)
+        next_positions = step_positions[:, -1:] + 1
+        key_mask = torch.cat([key_mask, ones], dim=1)
+        if use_cache:
+            step_ids, step_mask, step_positions = next_ids[:, None], ones, next_positions
+        else:
+            step_ids = torch.cat([step_ids, next_ids[:, None]], dim=1)
+            step_mask = key_mask
+            step_positions = torch.cat([step_positions, next_positions], dim=1)
+    return new_tokens

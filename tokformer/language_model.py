@@ -1,0 +1,54 @@
+"""`CausalLM`: a decoder-only language model built from the shared core.
+
+Embedder (the tokenizer's) -> causal Encoder stack -> linear head to the vocabulary.
+GPT-style: the "decoder-only" model is the encoder stack with a causal mask; there is no
+cross-attention because there is nothing to cross-attend to.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from tokformer.batch import TokenBatch
+from tokformer.config import TransformerConfig
+from tokformer.embedding import Embedder
+from tokformer.kv_cache import KVCache, make_caches
+from tokformer.transformer import Encoder
+
+
+class CausalLM(nn.Module):
+    """Next-token prediction over a vocabulary of ``vocab_size`` ids.
+
+    Args:
+        embedder: maps a TokenBatch of ids (and positions) to ``[B, N, d]``.
+        cfg: the Transformer stack.
+        vocab_size: output classes.
+        tie_embeddings: share the input embedding table with the output projection
+            (Press & Wolf 2017): fewer parameters, and usually a better small model.
+    """
+
+    def __init__(self, embedder: Embedder, cfg: TransformerConfig, vocab_size: int, tie_embeddings: bool = True):
+        super().__init__()
+        self.embedder = embedder
+        self.encoder = Encoder(cfg)
+        self.head = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        nn.init.normal_(self.head.weight, std=0.02)
+        if tie_embeddings:
+            if not isinstance(embedder.tokens, nn.Embedding) or embedder.tokens.weight.shape != self.head.weight.shape:
+                raise ValueError("tied embeddings need an id embedding table of shape [vocab_size, d_model]")
+            self.head.weight = embedder.tokens.weight
+
+    def forward(
+        self, batch: TokenBatch, caches: list[KVCache] | None = None, key_mask: Tensor | None = None
+    ) -> Tensor:
+        """Logits ``[B, N, vocab]`` for the next token after each position.
+
+        ``key_mask`` ``[B, Nk]`` covers cached and new positions when decoding with
+        ``caches``; by default it is ``batch.mask``.
+        """
+        x = self.embedder(batch)  # [B, N, d]
+        x = self.encoder(x, batch.mask if key_mask is None else key_mask, is_causal=True, caches=caches)
+        return self.head(x)
+
+    def make_caches(self) -> list[KVCache]:
+        return make_caches(len(self.encoder.blocks))
