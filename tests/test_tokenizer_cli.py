@@ -1,0 +1,117 @@
+"""`tokformer tokenizer train|encode|decode`: CliRunner for behaviour, one real subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from tokformer.tokenizers import load_tokenizer
+
+from tokformer.cli import main
+
+TEXT = "the cat sat on the mat. Grüße, 세계! 🙂\n" * 40
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def trained(tmp_path: Path, corpus: Path) -> Path:
+    out = tmp_path / "tok"
+    result = CliRunner().invoke(
+        main,
+        ["tokenizer", "train", "--data", str(corpus), "--vocab-size", "300", "--out", str(out),
+         "--special-token", "<|endoftext|>", "--pattern", "cl100k", "-q"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_train_encode_decode_round_trip(trained: Path):
+    tokenizer = load_tokenizer(trained)
+    assert 256 < tokenizer.vocab_size <= 300 and "<|endoftext|>" in tokenizer.special_tokens
+    runner = CliRunner()
+    encoded = runner.invoke(main, ["tokenizer", "encode", "--tokenizer", str(trained), "Grüße, cat<|endoftext|>"])
+    assert encoded.exit_code == 0, encoded.output
+    ids = [int(word) for word in encoded.output.split()]
+    assert ids == tokenizer.encode("Grüße, cat<|endoftext|>")
+    from_args = runner.invoke(main, ["tokenizer", "decode", "--tokenizer", str(trained), *map(str, ids)])
+    from_stdin = runner.invoke(main, ["tokenizer", "decode", "--tokenizer", str(trained)], input=encoded.output)
+    assert from_args.output == from_stdin.output == "Grüße, cat<|endoftext|>"
+    special = runner.invoke(
+        main, ["tokenizer", "encode", "--tokenizer", str(trained), "--allow-special", "a<|endoftext|>"]
+    )
+    assert str(tokenizer.token_to_id("<|endoftext|>")) in special.output.split()
+
+
+def test_encode_file(trained: Path, corpus: Path):
+    result = CliRunner().invoke(main, ["tokenizer", "encode", "--tokenizer", str(trained), "--file", str(corpus), "-q"])
+    assert result.exit_code == 0
+    assert [int(w) for w in result.output.split()] == load_tokenizer(trained).encode(TEXT)
+
+
+def _bad_inputs(tmp_path: Path, corpus: Path, trained: Path) -> list[tuple[list[str], str]]:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("café".encode("latin-1"))
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x00\x01\x02abc")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "tokenizer_config.json").write_text('{"type": "bpe", "config": {}}')
+    (broken / "tokenizer.json").write_text('{"model": {"vocab": ')
+    train = ["tokenizer", "train", "--out", str(tmp_path / "o"), "--vocab-size"]
+    return [
+        ([*train, "300", "--data", str(empty)], "corpus is empty"),
+        ([*train, "300", "--data", str(latin1)], "not UTF-8"),
+        ([*train, "300", "--data", str(binary)], "looks binary"),
+        ([*train, "300", "--data", str(tmp_path / "missing.txt")], "no such file"),
+        ([*train, "257", "--data", str(corpus), "--special-token", "<a>", "--special-token", "<b>"], "below 256"),
+        ([*train, "300", "--data", str(corpus), "--pattern", "gtp2"], "unknown pattern name 'gtp2'"),
+        (["tokenizer", "encode", "--tokenizer", str(broken), "hi"], "corrupt JSON file"),
+        (["tokenizer", "encode", "--tokenizer", str(tmp_path), "hi"], "not a saved tokenizer"),
+        (["tokenizer", "encode", "--tokenizer", str(trained)], "exactly one of TEXT and --file"),
+        (["tokenizer", "decode", "--tokenizer", str(trained), "1", "x"], "not a token id: 'x'"),
+        (["tokenizer", "decode", "--tokenizer", str(trained), "99999"], "unknown token id 99999"),
+    ]
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, corpus: Path, trained: Path):
+    runner = CliRunner()
+    for args, message in _bad_inputs(tmp_path, corpus, trained):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)
+        assert "Traceback" not in result.output
+        assert result.output.strip().splitlines()[-1].startswith("Error: ")
+
+
+def _cli(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tokformer.cli", "tokenizer", *args],
+        input=stdin, capture_output=True, text=True, cwd=cwd, check=False,
+    )  # fmt: skip
+
+
+def test_real_subprocess_reports_one_line_and_exit_2(tmp_path: Path, corpus: Path):
+    bad = _cli("train", "--data", str(corpus), "--vocab-size", "10", "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == ["Error: vocab size 10 is below 256 bytes + 0 special tokens = 256"]
+
+
+@pytest.mark.slow
+def test_real_subprocess_round_trip(tmp_path: Path, corpus: Path):
+    """Three interpreter starts (each imports torch): slow on a loaded machine."""
+    out = tmp_path / "tok"
+    train = _cli("train", "--data", str(corpus), "--vocab-size", "280", "--out", str(out), "-q", cwd=tmp_path)
+    assert train.returncode == 0, train.stderr
+    encode = _cli("encode", "--tokenizer", str(out), "héllo", cwd=tmp_path)
+    assert _cli("decode", "--tokenizer", str(out), cwd=tmp_path, stdin=encode.stdout).stdout == "héllo"

@@ -1,0 +1,416 @@
+"""Byte-level BPE text tokenizer (GPT-2 family), registered as ``"bpe"``.
+
+Encoding cuts text into pre-tokens with a regex, turns each pre-token's UTF-8 bytes into
+byte tokens and applies the ranked merges (:mod:`.bpe_merge`). Text is mostly repeats of
+a few thousand pre-tokens, so each pre-token's ids are cached: on real text nearly every
+piece is one dict lookup, which is what makes this Python encoder fast. Large inputs are
+split at safe boundaries and encoded on several processes.
+
+Lone surrogates (``"\\ud800"``) have no UTF-8 encoding, so :meth:`BPETokenizer.encode`
+raises :class:`SurrogateError` naming the index of the first one; encode
+``text.encode("utf-8", "replace").decode()`` yourself if replacing them is acceptable.
+Decoding joins all bytes before UTF-8 decoding, so tokens that split a character decode
+correctly; an id sequence that is not valid UTF-8 decodes with U+FFFD replacements.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import weakref
+from array import array
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from itertools import chain
+from pathlib import Path
+from typing import Any, Literal
+
+import regex
+from tokformer.tokenizers.base import Tokenizer, TokenizerError, pad_ids
+from tokformer.tokenizers.bpe_files import BPEFiles, read_hf_json, read_vocab_merges, write_hf_json, write_vocab_merges
+from tokformer.tokenizers.bpe_merge import Ranks, merge_piece
+from tokformer.tokenizers.bpe_train import train_bpe
+from tokformer.tokenizers.pretokenize import PATTERNS, is_named, pretokenizer, resolve_pattern, safe_chunks
+from tokformer.tokenizers.registry import register_tokenizer
+from torch import nn
+
+from tokformer.batch import TokenBatch
+from tokformer.embedding import Embedder
+from tokformer.positional import LearnedPositions
+
+HF_FILE = "tokenizer.json"
+CACHE_LIMIT = 500_000  # cached pre-tokens before the cache is cleared
+CACHED_PIECE_LEN = 256  # longer pieces are rare and not worth keeping
+PARALLEL_MIN_CHARS = 1_000_000  # below this, starting processes costs more than it saves
+
+AllowedSpecial = Collection[str] | Literal["all"]
+
+
+class SurrogateError(TokenizerError, ValueError):
+    """Text holds a lone surrogate code point, which has no UTF-8 bytes to tokenize."""
+
+
+@register_tokenizer("bpe")
+class BPETokenizer(Tokenizer):
+    """Byte-level BPE over a regex pre-tokenizer.
+
+    Args:
+        vocab: token bytes -> id; must hold all 256 single bytes.
+        merges: pairs of token bytes in rank order; each pair and its concatenation must be in ``vocab``.
+        special_tokens: special string -> id (ids distinct from ``vocab``'s).
+        pattern: pre-tokenization regex or a name in :data:`~.pretokenize.PATTERNS`.
+        ignore_merges: emit a pre-token that is itself in the vocabulary as one token
+            without applying merges (HF's option, used by Llama-3 style files).
+        max_length: longest sequence the embedder's learned positions support.
+        pad_token: special token used for padding in :meth:`batch` (id 0 if None; padding
+            is masked out either way).
+    """
+
+    def __init__(
+        self,
+        vocab: Mapping[bytes, int],
+        merges: Sequence[tuple[bytes, bytes]],
+        *,
+        special_tokens: Mapping[str, int] | None = None,
+        pattern: str = "gpt2",
+        ignore_merges: bool = False,
+        max_length: int = 1024,
+        pad_token: str | None = None,
+    ) -> None:
+        self.vocab = dict(vocab)
+        self.merges = list(merges)
+        self.special_tokens = dict(special_tokens or {})
+        self.pattern = resolve_pattern(pattern)
+        self.ignore_merges = ignore_merges
+        self.max_length = max_length
+        self.pad_token = pad_token
+        missing = [b for b in range(256) if bytes([b]) not in self.vocab]
+        if missing:
+            raise TokenizerError(
+                f"byte-level vocabulary lacks {len(missing)} single bytes, e.g. {bytes([missing[0]])!r}"
+            )
+        if pad_token is not None and pad_token not in self.special_tokens:
+            raise TokenizerError(f"pad token {pad_token!r} is not a special token")
+        self._id_to_bytes: dict[int, bytes] = {i: tok for tok, i in self.vocab.items()}
+        clash = [s for s, i in self.special_tokens.items() if i in self._id_to_bytes]
+        if clash:
+            raise TokenizerError(f"special token {clash[0]!r} reuses the id of a vocabulary token")
+        self._id_to_bytes.update({i: s.encode() for s, i in self.special_tokens.items()})
+        self._ranks: Ranks = {}
+        for rank, (a, b) in enumerate(self.merges):
+            try:
+                self._ranks[(self.vocab[a], self.vocab[b])] = (rank, self.vocab[a + b])
+            except KeyError as err:
+                raise TokenizerError(
+                    f"merge {rank} ({a!r}, {b!r}) uses token {err} that is not in the vocabulary"
+                ) from None
+        self._vocab_size = max(self._id_to_bytes) + 1
+        self._byte_ids = [self.vocab[bytes([b])] for b in range(256)]
+        self._split = pretokenizer(self.pattern)
+        self._cache: dict[str, tuple[int, ...]] = {}
+        self._specials_compiled: dict[frozenset[str], regex.Pattern[str]] = {}
+        self._executor: tuple[int, ProcessPoolExecutor] | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    # ----------------------------------------------------------------- construction
+
+    @classmethod
+    def train(
+        cls,
+        texts: Iterable[str],
+        vocab_size: int,
+        *,
+        pattern: str = "gpt2",
+        min_frequency: int = 0,
+        special_tokens: Sequence[str] = (),
+        show_progress: bool = False,
+        **options: Any,
+    ) -> BPETokenizer:
+        """Train on ``texts`` (see :func:`~.bpe_train.train_bpe`); ``options`` go to the constructor."""
+        trained = train_bpe(
+            texts,
+            vocab_size,
+            pattern=pattern,
+            min_frequency=min_frequency,
+            special_tokens=special_tokens,
+            show_progress=show_progress,
+        )
+        return cls(
+            trained.vocab, trained.merges, special_tokens=trained.special_tokens, pattern=trained.pattern, **options
+        )
+
+    @classmethod
+    def from_files(cls, files: BPEFiles, **options: Any) -> BPETokenizer:
+        return cls(
+            files.vocab,
+            files.merges,
+            special_tokens=files.special_tokens,
+            pattern=files.pattern,
+            ignore_merges=files.ignore_merges,
+            **options,
+        )
+
+    @classmethod
+    def from_hf_json(cls, path: str | Path, **options: Any) -> BPETokenizer:
+        """Load a Hugging Face byte-level BPE ``tokenizer.json``."""
+        return cls.from_files(read_hf_json(Path(path)), **options)
+
+    @classmethod
+    def from_vocab_merges(
+        cls,
+        vocab_path: str | Path,
+        merges_path: str | Path,
+        *,
+        special_tokens: Sequence[str] = (),
+        pattern: str = "gpt2",
+        **options: Any,
+    ) -> BPETokenizer:
+        """Load GPT-2 style ``vocab.json`` + ``merges.txt``; name the special tokens the vocab holds."""
+        files = read_vocab_merges(Path(vocab_path), Path(merges_path), tuple(special_tokens), resolve_pattern(pattern))
+        return cls.from_files(files, **options)
+
+    def files(self) -> BPEFiles:
+        return BPEFiles(self.vocab, self.merges, self.special_tokens, self.pattern, self.ignore_merges)
+
+    def save_hf_json(self, path: str | Path) -> None:
+        write_hf_json(self.files(), Path(path))
+
+    def save_vocab_merges(self, directory: str | Path) -> tuple[Path, Path]:
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        return write_vocab_merges(self.files(), path)
+
+    # Tokenizer API: tokenizer_config.json holds the options, tokenizer.json the model.
+    def get_config(self) -> dict[str, Any]:
+        return {"max_length": self.max_length, "pad_token": self.pad_token}
+
+    def save_files(self, directory: Path) -> None:
+        self.save_hf_json(directory / HF_FILE)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], directory: Path) -> BPETokenizer:
+        unknown = set(config) - {"max_length", "pad_token"}
+        if unknown:
+            raise TokenizerError(f"unknown bpe tokenizer config keys: {sorted(unknown)}")
+        return cls.from_hf_json(directory / HF_FILE, **config)
+
+    # ----------------------------------------------------------------- properties
+
+    @property
+    def vocab_size(self) -> int:
+        """One more than the largest id (ids need not be contiguous in loaded files)."""
+        return self._vocab_size
+
+    def token_to_id(self, token: bytes | str) -> int:
+        """Id of a special token (str) or of a vocabulary token (bytes)."""
+        return self.special_tokens[token] if isinstance(token, str) else self.vocab[token]
+
+    def id_to_token(self, token_id: int) -> bytes:
+        return self._id_to_bytes[token_id]
+
+    # ----------------------------------------------------------------- encoding
+
+    def encode(self, text: str, *, allowed_special: AllowedSpecial = (), num_workers: int | None = 1) -> list[int]:
+        """Token ids of ``text``.
+
+        Special-token strings in ``text`` are plain text unless listed in
+        ``allowed_special`` (or it is ``"all"``): text a user typed must not be able
+        to inject an end-of-text token. ``num_workers`` > 1 (None: all cores) encodes a
+        large text on several processes, with the same result.
+        """
+        workers = _resolve_workers(num_workers, len(text))
+        if workers > 1 and self._can_cut(allowed_special):
+            chunks = safe_chunks(text, max(len(text) // (workers * 4), 1))
+            return list(chain.from_iterable(self._encode_parallel(chunks, allowed_special, workers)))
+        return self._encode_one(text, self._special_regex(allowed_special))
+
+    def encode_batch(
+        self, texts: Sequence[str], *, allowed_special: AllowedSpecial = (), num_workers: int | None = None
+    ) -> list[list[int]]:
+        """Token ids of each text; on all cores (``num_workers=None``) once the batch is large."""
+        workers = _resolve_workers(num_workers, sum(map(len, texts)))
+        if workers > 1:
+            return self._encode_parallel(list(texts), allowed_special, workers)
+        special = self._special_regex(allowed_special)
+        return [self._encode_one(text, special) for text in texts]
+
+    def iter_encode(
+        self, text: str, *, allowed_special: AllowedSpecial = (), chunk_chars: int = 1 << 20
+    ) -> Iterator[tuple[int, list[int]]]:
+        """Encode a large text chunk by chunk, yielding (characters consumed, ids) for progress bars.
+
+        The chunks' ids concatenate to :meth:`encode`'s. Text that cannot be cut safely
+        (see :meth:`_can_cut`) is encoded as a single chunk.
+        """
+        chunks = safe_chunks(text, chunk_chars) if self._can_cut(allowed_special) else [text]
+        special = self._special_regex(allowed_special)
+        for chunk in chunks:
+            yield len(chunk), self._encode_one(chunk, special)
+
+    def batch(
+        self,
+        samples: Sequence[str],
+        *,
+        max_length: int | None = None,
+        truncation: bool = False,
+        pad_to_max_length: bool = False,
+        allowed_special: AllowedSpecial = (),
+    ) -> TokenBatch:
+        """Encode and pad texts into a TokenBatch (ids, True-for-real mask, positions 0..N-1)."""
+        pad_id = self.special_tokens[self.pad_token] if self.pad_token is not None else 0
+        return pad_ids(
+            self.encode_batch(samples, allowed_special=allowed_special),
+            pad_id=pad_id,
+            max_length=max_length if max_length is not None else (self.max_length if truncation else None),
+            truncation=truncation,
+            pad_to_max_length=pad_to_max_length,
+        )
+
+    def build_embedder(self, d_model: int, *, dropout: float = 0.0) -> nn.Module:
+        """Token table plus learned positions up to ``max_length`` (GPT-2's choice)."""
+        return Embedder(
+            d_model, vocab_size=self.vocab_size, position=LearnedPositions(d_model, self.max_length), dropout=dropout
+        )
+
+    def _can_cut(self, allowed_special: AllowedSpecial) -> bool:
+        """Whether text may be cut at :func:`~.pretokenize.safe_chunks` points without changing its ids.
+
+        Those points are known for the named patterns only, and a cut must not split an
+        allowed special token, which it could only do if the token contains a newline.
+        """
+        allowed = self.special_tokens if allowed_special == "all" else allowed_special
+        return is_named(self.pattern) and not any("\n" in s for s in allowed)
+
+    def _encode_one(self, text: str, special: regex.Pattern[str] | None) -> list[int]:
+        if special is None:
+            return self._encode_ordinary(text)
+        ids: list[int] = []
+        end = 0
+        for match in special.finditer(text):
+            ids += self._encode_ordinary(text[end : match.start()])
+            ids.append(self.special_tokens[match.group()])
+            end = match.end()
+        ids += self._encode_ordinary(text[end:])
+        return ids
+
+    def _encode_ordinary(self, text: str) -> list[int]:
+        """Encode text with no special tokens: cached pieces, misses filled in one pass."""
+        pieces = self._split(text)
+        cache = self._cache
+        try:
+            return list(chain.from_iterable(map(cache.__getitem__, pieces)))
+        except KeyError:
+            pass
+        if len(cache) > CACHE_LIMIT:
+            cache.clear()
+        fresh = {piece: tuple(self._encode_piece(piece, text)) for piece in set(pieces) if piece not in cache}
+        ids = list(chain.from_iterable(cache[p] if p in cache else fresh[p] for p in pieces))
+        cache.update((piece, ids_) for piece, ids_ in fresh.items() if len(piece) <= CACHED_PIECE_LEN)
+        return ids
+
+    def _encode_piece(self, piece: str, text: str) -> list[int]:
+        try:
+            data = piece.encode("utf-8")
+        except UnicodeEncodeError:
+            where = regex.search(r"[\ud800-\udfff]", text)
+            index = where.start() if where else -1
+            raise SurrogateError(
+                f"text has a lone surrogate U+{ord(text[index]):04X} at index {index}; it has no UTF-8 encoding"
+            ) from None
+        if self.ignore_merges and data in self.vocab:
+            return [self.vocab[data]]
+        byte_ids = self._byte_ids
+        return merge_piece([byte_ids[b] for b in data], self._ranks)
+
+    def _special_regex(self, allowed_special: AllowedSpecial) -> regex.Pattern[str] | None:
+        allowed = set(self.special_tokens) if allowed_special == "all" else set(allowed_special)
+        unknown = allowed - set(self.special_tokens)
+        if unknown:
+            raise TokenizerError(f"allowed_special names unknown special tokens: {sorted(unknown)}")
+        if not allowed:
+            return None
+        return self._compiled_specials(frozenset(allowed))
+
+    def _compiled_specials(self, allowed: frozenset[str]) -> regex.Pattern[str]:
+        # Longest first, so a special that extends another wins.
+        return self._specials_compiled.setdefault(
+            allowed, regex.compile("|".join(regex.escape(s) for s in sorted(allowed, key=len, reverse=True)))
+        )
+
+    def _encode_parallel(self, texts: list[str], allowed_special: AllowedSpecial, workers: int) -> list[list[int]]:
+        """Encode on ``workers`` processes; each returns its ids as a packed array (cheap to send back).
+
+        The pool lives as long as the tokenizer, so its workers keep their pre-token
+        caches from one call to the next (a data loader calls this once per batch).
+        """
+        special = self._special_regex(allowed_special)
+        chunksize = max(1, len(texts) // (workers * 8))
+        tasks = ((text, special) for text in texts)
+        packed = list(self._pool(workers).map(_encode_in_worker, tasks, chunksize=chunksize))
+        return [array("I", blob).tolist() for blob in packed]
+
+    def _pool(self, workers: int) -> ProcessPoolExecutor:
+        if self._executor is None or self._executor[0] != workers:
+            self.close()
+            # fork shares the parent's state (and warm cache) without pickling it.
+            context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+            pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(self,))
+            self._executor = (workers, pool)
+            self._finalizer = weakref.finalize(self, pool.shutdown, wait=False, cancel_futures=True)
+        return self._executor[1]
+
+    def close(self) -> None:
+        """Stop the worker processes of parallel encoding, if any (they also stop with the tokenizer)."""
+        if self._executor is not None:
+            self._finalizer()
+            self._executor = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to spawned workers: without the pool (not picklable) or the cache (large).
+        state = dict(self.__dict__)
+        state.update(_executor=None, _finalizer=None, _cache={}, _split=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._split = pretokenizer(self.pattern)  # a custom pattern's splitter is a closure
+
+    # ----------------------------------------------------------------- decoding
+
+    def decode_bytes(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> bytes:
+        """The bytes the ids stand for, joined before any UTF-8 decoding."""
+        table = self._id_to_bytes
+        specials = set(self.special_tokens.values()) if skip_special_tokens else ()
+        try:
+            return b"".join(table[i] for i in ids if i not in specials)
+        except KeyError as err:
+            raise TokenizerError(f"unknown token id {err}") from None
+
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
+        """Text of ``ids``; invalid UTF-8 (possible only for hand-made id lists) becomes U+FFFD."""
+        return self.decode_bytes(ids, skip_special_tokens=skip_special_tokens).decode("utf-8", errors="replace")
+
+
+def _resolve_workers(num_workers: int | None, total_chars: int) -> int:
+    if num_workers is None:
+        return (os.cpu_count() or 1) if total_chars >= PARALLEL_MIN_CHARS else 1
+    if num_workers < 1:
+        raise TokenizerError(f"num_workers must be >= 1, got {num_workers}")
+    return num_workers
+
+
+_WORKER: BPETokenizer | None = None
+
+
+def _init_worker(tokenizer: BPETokenizer) -> None:
+    global _WORKER
+    _WORKER = tokenizer
+
+
+def _encode_in_worker(task: tuple[str, regex.Pattern[str] | None]) -> bytes:
+    assert _WORKER is not None, "worker not initialised"
+    text, special = task
+    return array("I", _WORKER._encode_one(text, special)).tobytes()
+
+
+__all__ = ["PATTERNS", "BPETokenizer", "SurrogateError"]

@@ -1,0 +1,104 @@
+"""What the ``tokformer tokenizer`` commands do, as plain library calls.
+
+The CLI only parses options and prints; everything a user can get wrong (a missing,
+empty, binary or non-UTF-8 file, an unknown pattern, a corrupt tokenizer, a bad id)
+raises :class:`~tokformer.tokenizers.base.TokenizerError` with a one-line message
+naming the problem, which the CLI prints without a traceback (exit code 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokformer.tokenizers.base import TokenizerError
+from tokformer.tokenizers.bpe import BPETokenizer
+from tokformer.tokenizers.registry import load_tokenizer
+from tqdm.auto import tqdm
+
+PROGRESS_MIN_CHARS = 1 << 20  # show a progress bar only for inputs larger than this
+
+
+def read_text_file(path: str | Path) -> str:
+    """A file's text, or a clear error if it is missing, binary or not UTF-8."""
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise TokenizerError(f"no such file: {file}") from None
+    except IsADirectoryError:
+        raise TokenizerError(f"{file} is a directory, not a text file") from None
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise TokenizerError(f"{file} looks binary (NUL byte at offset {nul})")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TokenizerError(f"{file} is not UTF-8 text (invalid byte at offset {err.start})") from None
+
+
+def train_tokenizer(
+    data: Sequence[str | Path],
+    vocab_size: int,
+    out: str | Path,
+    *,
+    pattern: str = "gpt2",
+    min_frequency: int = 0,
+    special_tokens: Sequence[str] = (),
+    show_progress: bool = False,
+) -> BPETokenizer:
+    """Train a byte-level BPE on the text files ``data`` and save it to ``out``."""
+    if not data:
+        raise TokenizerError("no training data: pass at least one file")
+    texts = [read_text_file(path) for path in data]
+    tokenizer = BPETokenizer.train(
+        texts,
+        vocab_size,
+        pattern=pattern,
+        min_frequency=min_frequency,
+        special_tokens=special_tokens,
+        show_progress=show_progress,
+    )
+    tokenizer.save(out)
+    return tokenizer
+
+
+def load_text_tokenizer(directory: str | Path) -> BPETokenizer:
+    """A saved tokenizer that encodes text (one with ``encode``/``decode``)."""
+    tokenizer = load_tokenizer(directory)
+    if not isinstance(tokenizer, BPETokenizer):
+        raise TokenizerError(f"{directory} holds a {tokenizer.type_name!r} tokenizer, which does not encode text")
+    return tokenizer
+
+
+def encode_text(
+    directory: str | Path, text: str, *, allow_special: bool = False, show_progress: bool = False
+) -> list[int]:
+    """Ids of ``text`` under the tokenizer saved in ``directory``; a progress bar for long texts."""
+    tokenizer = load_text_tokenizer(directory)
+    allowed = "all" if allow_special else ()
+    bar = tqdm(
+        total=len(text), unit="char", unit_scale=True, disable=not show_progress or len(text) < PROGRESS_MIN_CHARS
+    )
+    ids: list[int] = []
+    with bar:
+        for chunk_chars, chunk_ids in tokenizer.iter_encode(text, allowed_special=allowed):
+            ids += chunk_ids
+            bar.update(chunk_chars)
+    return ids
+
+
+def parse_ids(words: Iterable[str]) -> list[int]:
+    """Token ids from whitespace-separated words (command-line arguments or stdin)."""
+    ids = []
+    for word in words:
+        try:
+            ids.append(int(word))
+        except ValueError:
+            raise TokenizerError(f"not a token id: {word!r}") from None
+    return ids
+
+
+def decode_ids(directory: str | Path, ids: Sequence[int]) -> str:
+    """Text of ``ids`` under the tokenizer saved in ``directory``."""
+    return load_text_tokenizer(directory).decode(ids)

@@ -1,0 +1,108 @@
+"""Pre-tokenization: cutting text into pieces that BPE merges never cross.
+
+Byte-level BPE never merges across a pre-token boundary, so the split pattern decides
+which tokens can exist (e.g. a word and the space before it, but never a word and the
+punctuation after it). The two named patterns are GPT-2's and cl100k's (GPT-3.5/4);
+any other string is compiled as a user-supplied regex (`regex` module syntax, which
+supports ``\\p{L}`` classes and possessive quantifiers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+
+import regex
+from tokformer.tokenizers.base import TokenizerError
+
+PATTERNS: dict[str, str] = {
+    "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+    "cl100k": (
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+        r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    ),
+}
+
+# A cut after "<non-space>\n" and before a non-space character is a piece boundary under
+# both named patterns (no piece spans a newline followed by a non-space, and no lookahead
+# sees past it), so texts can be split there and encoded in parallel with identical output.
+_SAFE_CUT = regex.compile(r"(?<=\S\n)(?=\S)")
+
+
+class PatternError(TokenizerError):
+    """A pre-tokenization pattern that is neither a known name nor a valid regex."""
+
+
+def resolve_pattern(pattern: str) -> str:
+    """A pattern name ("gpt2", "cl100k") or a regex -> the regex source.
+
+    A string that looks like a plain identifier but is no known name is an error rather
+    than a regex, so that a typo such as ``gtp2`` fails loudly instead of silently
+    splitting text on the literal word.
+    """
+    if pattern in PATTERNS:
+        return PATTERNS[pattern]
+    if pattern.isidentifier():
+        raise PatternError(f"unknown pattern name {pattern!r}; known: {', '.join(PATTERNS)} (or pass a regex)")
+    compile_pattern(pattern)
+    return pattern
+
+
+@cache
+def compile_pattern(source: str) -> regex.Pattern[str]:
+    """Compile a regex source once; a bad regex raises :class:`PatternError`."""
+    try:
+        return regex.compile(source)
+    except regex.error as err:
+        raise PatternError(f"invalid pre-tokenization regex {source!r}: {err}") from None
+
+
+@cache
+def pretokenizer(source: str) -> Callable[[str], list[str]]:
+    """The function that cuts text into pre-tokens under the regex ``source``.
+
+    The named patterns match every character, so ``findall`` is exact and fastest. A
+    user-supplied regex may leave gaps; like Hugging Face's ``Split(behavior="Isolated")``
+    we keep each gap as a piece of its own, so no text is ever dropped.
+    """
+    compiled = compile_pattern(source)
+    if is_named(source):
+        return compiled.findall
+
+    def split_keeping_gaps(text: str) -> list[str]:
+        pieces: list[str] = []
+        end = 0
+        for match in compiled.finditer(text):
+            if match.start() > end:
+                pieces.append(text[end : match.start()])
+            if match.end() > match.start():
+                pieces.append(match.group())
+            end = match.end()
+        if end < len(text):
+            pieces.append(text[end:])
+        return pieces
+
+    return split_keeping_gaps
+
+
+def is_named(source: str) -> bool:
+    """Whether a regex source is one of the named patterns (whose safe cut points we know)."""
+    return source in PATTERNS.values()
+
+
+def safe_chunks(text: str, target_size: int) -> list[str]:
+    """Split ``text`` at safe cut points into chunks of roughly ``target_size`` characters.
+
+    Only valid for the named patterns (see ``_SAFE_CUT``); concatenating the chunks'
+    pre-tokens gives exactly the pre-tokens of the whole text.
+    """
+    chunks: list[str] = []
+    start = 0
+    while len(text) - start > target_size:
+        cut = _SAFE_CUT.search(text, start + target_size)
+        if cut is None:
+            break
+        chunks.append(text[start : cut.start()])
+        start = cut.start()
+    chunks.append(text[start:])
+    return chunks
