@@ -1,0 +1,222 @@
+"""Task ``graph``: classify whole graphs with the shared encoder (``tokformer train graph``).
+
+Wiring: :class:`~tokformer.tokenizers.graph.GraphTokenizer` (nodes as tokens, Laplacian
+eigenvector positions) -> the shared :class:`~tokformer.transformer.Encoder` -> the
+modality-agnostic :class:`~tokformer.heads.ClassificationHead` (graph token or mean
+pooling). Data is a built-in generated dataset (``csl``, ``cycles``), the user's graph
+files (a class directory or a manifest CSV, see :mod:`.graph_data`), or graphs handed
+over in Python with :func:`register_graphs`. The data is split into stratified folds;
+the task trains on all folds but ``fold`` and evaluates on ``fold``.
+
+Eigenvector signs are flipped at random in :meth:`GraphTask.step` whenever the model is
+in training mode: only the step knows the mode, and drawing from torch's global RNG (which
+the engine seeds and checkpoints) keeps runs reproducible and resumable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+import networkx as nx
+import torch
+import torch.nn.functional as F
+from tokformer.tasks.graph_data import LabeledGraphs, labeled_graphs, load_graphs, read_graph, stratified_folds
+from tokformer.tokenizers.graph import GraphEncoding, GraphTokenizer
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+
+from tokformer.batch import TokenBatch
+from tokformer.classifier import EncoderClassifier
+from tokformer.config import TransformerConfig
+from tokformer.engine import StepOutput, Task, register_task
+from tokformer.errors import ConfigError, DataError
+from tokformer.heads import ClassificationHead
+
+CLASSES_FILE = "classes.json"
+TOKENIZER_DIR = "tokenizer"
+_REGISTERED: dict[str, LabeledGraphs] = {}
+
+
+def register_graphs(name: str, graphs: Sequence[nx.Graph], labels: Sequence[int | str],
+                    classes: Sequence[str] | None = None) -> None:
+    """Make in-memory graphs trainable as ``data=name`` (the library form of a dataset directory).
+
+    Example::
+
+        register_graphs("mine", graphs, ["a", "b", ...])
+        tokformer.engine.train("graph", data="mine", steps=500)
+    """
+    _REGISTERED[name] = labeled_graphs(graphs, labels, classes)
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class GraphConfig:
+    data: str = field(default="csl", metadata=_help(
+        "csl, cycles, a directory DIR/<class>/<graph files>, a manifest .csv (path,label), or a register_graphs name"))
+    classes: list[str] | None = field(default=None, metadata=_help("class set in label order (default: from data)"))
+    per_class: int = field(default=15, metadata=_help("graphs per class of a built-in dataset"))
+    data_seed: int = field(default=0, metadata=_help("seed of the built-in generators and of the fold split"))
+    folds: int = field(default=5, metadata=_help("stratified folds the data is cut into"))
+    fold: int = field(default=0, metadata=_help("the fold held out for evaluation"))
+    k: int = field(default=20, metadata=_help("Laplacian eigenvectors per node"))
+    positions: Literal["laplacian", "none"] = field(default="laplacian", metadata=_help("node positions"))
+    eigenvalues: bool = field(default=True, metadata=_help(
+        "append the eigenvalues to the positions (CSL needs them: see docs/graphs.md)"))
+    sign_flip: bool = field(default=True, metadata=_help("random eigenvector sign flips while training"))
+    node_features: Literal["degree", "constant", "attributes"] = field(
+        default="degree", metadata=_help("what a node token carries"))
+    node_attributes: list[str] = field(default_factory=list, metadata=_help("node attributes read as features"))
+    categorical: list[str] = field(default_factory=list, metadata=_help("attributes one-hot encoded even if numeric"))
+    attention: Literal["full", "bias", "mask"] = field(
+        default="full", metadata=_help("full; bias: edge_bias on edges; mask: neighbours only"))
+    edge_bias: float = field(default=1.0, metadata=_help("attention bias of an edge (attention=bias)"))
+    pool: Literal["cls", "mean"] = field(default="cls", metadata=_help("graph token (cls) or mean of nodes"))
+    d_model: int = field(default=64, metadata=_help("token width"))
+    n_heads: int = field(default=4, metadata=_help("attention heads"))
+    n_layers: int = field(default=3, metadata=_help("encoder blocks"))
+    dropout: float = field(default=0.0, metadata=_help("dropout"))
+
+    def __post_init__(self) -> None:
+        for name in ("per_class", "k"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.folds < 2:
+            raise ValueError(f"folds must be >= 2 (one fold is held out), got {self.folds}")
+        if not 0 <= self.fold < self.folds:
+            raise ValueError(f"fold must be in 0..{self.folds - 1}, got {self.fold}")
+        self.transformer()  # validate the model shape now, not halfway into a run
+
+    def transformer(self) -> TransformerConfig:
+        return TransformerConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
+                                 dropout=self.dropout, activation="gelu")
+
+    def tokenizer(self) -> GraphTokenizer:
+        return GraphTokenizer(
+            k=self.k, positions=self.positions, eigenvalues=self.eigenvalues, sign_flip=self.sign_flip,
+            seed=self.data_seed, node_features=self.node_features, node_attributes=self.node_attributes,
+            attention=self.attention, edge_bias=self.edge_bias, graph_token=self.pool == "cls",
+        )
+
+
+class EncodedGraphs(Dataset):
+    """Items are ``(GraphEncoding, label)``; graphs are encoded (eigenvectors included) once, up front."""
+
+    def __init__(self, tokenizer: GraphTokenizer, graphs: Sequence[nx.Graph], labels: Sequence[int]) -> None:
+        self.encodings = [tokenizer.encode(g) for g in graphs]
+        self.labels = list(labels)
+
+    def __len__(self) -> int:
+        return len(self.encodings)
+
+    def __getitem__(self, i: int) -> tuple[GraphEncoding, int]:
+        return self.encodings[i], self.labels[i]
+
+
+@register_task("graph")
+class GraphTask(Task):
+    """Graph classification: cross-entropy on the class logits; metric: accuracy."""
+
+    Config = GraphConfig
+    best_metric = "accuracy"
+    higher_is_better = True
+
+    def __init__(self, config: GraphConfig) -> None:
+        super().__init__(config)
+        self.tokenizer = config.tokenizer()
+        self.classes: list[str] | None = None  # set from the data, or by load_assets
+        self._fitted = config.node_features != "attributes"
+
+    @cached_property
+    def data(self) -> LabeledGraphs:
+        c = self.config
+        data = _REGISTERED.get(c.data) or load_graphs(c.data, classes=c.classes, per_class=c.per_class,
+                                                       seed=c.data_seed)
+        if len(data.graphs) < c.folds:
+            raise DataError(f"{len(data.graphs)} graphs cannot be cut into {c.folds} folds")
+        self.classes = data.classes
+        return data
+
+    @cached_property
+    def _fold_of(self) -> list[int]:
+        return stratified_folds(self.data.labels, self.config.folds, self.config.data_seed)
+
+    def _subset(self, held_out: bool) -> EncodedGraphs:
+        self._fit_tokenizer()
+        picked = [i for i, f in enumerate(self._fold_of) if (f == self.config.fold) == held_out]
+        return EncodedGraphs(self.tokenizer, [self.data.graphs[i] for i in picked],
+                             [self.data.labels[i] for i in picked])
+
+    def _fit_tokenizer(self) -> None:
+        """Learn categorical attribute values from the training folds only (no test leakage)."""
+        if self._fitted:
+            return
+        train = [g for g, f in zip(self.data.graphs, self._fold_of, strict=True) if f != self.config.fold]
+        self.tokenizer.fit(train, categorical=self.config.categorical)
+        self._fitted = True
+
+    def train_dataset(self) -> EncodedGraphs:
+        return self._subset(held_out=False)
+
+    def eval_dataset(self) -> EncodedGraphs:
+        return self._subset(held_out=True)
+
+    def collate(self, samples: list[tuple[GraphEncoding, int]]) -> dict[str, TokenBatch | Tensor]:
+        return {"tokens": self.tokenizer.collate([s[0] for s in samples]),
+                "labels": torch.tensor([s[1] for s in samples], dtype=torch.long)}
+
+    def build_model(self) -> EncoderClassifier:
+        c = self.config
+        if self.classes is None:
+            _ = self.data  # sets self.classes
+        self._fit_tokenizer()
+        head = ClassificationHead(c.d_model, len(self.classes), pool=c.pool, n_prefix=int(c.pool == "cls"))
+        return EncoderClassifier(self.tokenizer.build_embedder(c.d_model), c.transformer(), head)
+
+    def step(self, model: nn.Module, batch: dict[str, TokenBatch | Tensor]) -> StepOutput:
+        tokens, labels = batch["tokens"], batch["labels"]
+        if model.training:
+            tokens = self.tokenizer.flip_signs(tokens, generator=torch.default_generator)
+        logits = model(tokens).float()  # [B, n_classes]
+        correct = (logits.argmax(-1) == labels).sum()
+        return StepOutput(loss=F.cross_entropy(logits, labels), metrics={"accuracy": (correct, len(labels))},
+                          count=len(labels))
+
+    def save_assets(self, run_dir: Path) -> None:
+        self._fit_tokenizer()
+        self.tokenizer.save(run_dir / TOKENIZER_DIR)
+        (run_dir / CLASSES_FILE).write_text(json.dumps(self.classes or self.data.classes) + "\n", encoding="utf-8")
+
+    def load_assets(self, run_dir: Path) -> None:
+        self.tokenizer = GraphTokenizer.load(run_dir / TOKENIZER_DIR)
+        self._fitted = True
+        try:
+            classes = json.loads((run_dir / CLASSES_FILE).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise ConfigError(f"{run_dir / CLASSES_FILE}: cannot read the class list: {err}") from None
+        if not (isinstance(classes, list) and all(isinstance(x, str) for x in classes)):
+            raise ConfigError(f"{run_dir / CLASSES_FILE}: expected a JSON list of class names")
+        self.classes = classes
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, graphs: Sequence[nx.Graph], top_k: int = 1) -> list[list[tuple[str, float]]]:
+        """The ``top_k`` (class name, probability) pairs of each graph, best first (eval mode: no sign flips)."""
+        tokens = self.tokenizer.eval().batch(list(graphs)).to(next(model.parameters()).device)
+        probs = model(tokens).float().softmax(-1)  # [B, n_classes]
+        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+        return [[(self.classes[i], p) for i, p in zip(idx, ps, strict=True)]
+                for idx, ps in zip(top.indices.tolist(), top.values.tolist(), strict=True)]
+
+    def predict_inputs(self, model: nn.Module, inputs: Sequence[str], top_k: int = 5) -> list[str]:
+        """``tokformer predict RUN_DIR FILE...``: one line per graph file with its top classes."""
+        ranked = self.predict(model, [read_graph(Path(path)) for path in inputs], top_k)
+        return [f"{path}: " + ", ".join(f"{name} {p:.3f}" for name, p in best)
+                for path, best in zip(inputs, ranked, strict=True)]
