@@ -40,7 +40,7 @@ def test_batched_left_padded_generation_equals_each_prompt_alone():
     prompts = [[7], [3, 9, 4, 1, 2, 8], [11, 12, 13]]
     ids, mask = left_pad(prompts)
     batched = generate(model, ids, mask, max_new_tokens=12, sampling=GREEDY)
-    for prompt, got in zip(prompts, batched):
+    for prompt, got in zip(prompts, batched, strict=True):
         alone = generate(model, *left_pad([prompt]), max_new_tokens=12, sampling=GREEDY)[0]
         assert got == alone
 

@@ -21,7 +21,9 @@ class TransformerConfig:
         activation: feed-forward activation: relu (the paper), gelu (GPT, ViT) or silu.
         norm_first: pre-norm (True) or the paper's post-norm (False).
         bias: biases in linear layers.
-        norm_eps: LayerNorm epsilon.
+        norm_eps: LayerNorm epsilon (1e-6 in timm's ViT).
+        final_norm: a pre-norm stack ends with a LayerNorm; False drops it, for heads that
+            normalise after pooling instead (timm's ``fc_norm`` with average pooling).
     """
 
     d_model: int = 512
@@ -34,6 +36,7 @@ class TransformerConfig:
     norm_first: bool = True
     bias: bool = True
     norm_eps: float = 1e-5
+    final_norm: bool = True
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "n_layers"):

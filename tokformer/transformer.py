@@ -17,7 +17,7 @@ from tokformer.weights import init_weights
 
 
 def _final_norm(cfg: TransformerConfig) -> nn.Module:
-    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.norm_first else nn.Identity()
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.norm_first and cfg.final_norm else nn.Identity()
 
 
 def _self_attention_mask(mask: Tensor | None, attn_mask: Tensor | None) -> Tensor | None:

@@ -1,0 +1,291 @@
+"""Task ``classify``: image classification with a Vision Transformer.
+
+Image patch tokenizer -> shared encoder -> :class:`~tokformer.heads.ClassificationHead`.
+Data (``data``): ``shapes`` (built in, generated, offline), a directory of class folders
+(torchvision ImageFolder layout), or a torchvision dataset name (cifar10, mnist, ...).
+Loss: cross-entropy with label smoothing, or against mixup/cutmix soft targets. Metrics:
+top-1 ``accuracy`` and ``top5``; every full evaluation pass also writes
+``plots/confusion.png``. ``tokformer predict RUN_DIR image.png`` prints the top classes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from tokformer.tasks import image_data
+from tokformer.tokenizers.image import ImagePatchTokenizer
+from tokformer.tokenizers.registry import load_tokenizer
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+from torchvision.transforms import v2
+
+from tokformer.classifier import EncoderClassifier
+from tokformer.config import TransformerConfig
+from tokformer.engine import StepOutput, Task, register_task
+from tokformer.errors import ConfigError, DataError
+from tokformer.heads import ClassificationHead, label_smoothing_cross_entropy, topk_correct
+
+CLASSES_FILE = "classes.json"
+TOKENIZER_DIR = "tokenizer"
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class ClassifyConfig:
+    data: str = field(default="shapes", metadata=_help("shapes (built in), a class-folder dir, or cifar10, mnist, ..."))
+    data_root: str = field(default="data", metadata=_help("where torchvision datasets live or are downloaded to"))
+    download: bool = field(default=False, metadata=_help("download a torchvision dataset (needs network)"))
+    val_fraction: float = field(default=0.1, metadata=_help("held-out share of a folder without train/ and val/"))
+    train_size: int = field(default=8000, metadata=_help("built-in shapes: training images"))
+    eval_size: int = field(default=1000, metadata=_help("built-in shapes: evaluation images"))
+    data_seed: int = field(default=1234, metadata=_help("seed of the built-in data and of folder splits"))
+    image_size: int = field(default=32, metadata=_help("training image side in pixels"))
+    patch_size: int = field(default=8, metadata=_help("patch side in pixels"))
+    position: Literal["sincos", "learned"] = field(default="sincos", metadata=_help("2-D position code"))
+    pool: Literal["cls", "mean"] = field(default="cls", metadata=_help("class token or mean of patch tokens"))
+    d_model: int = field(default=64, metadata=_help("token width"))
+    n_heads: int = field(default=4, metadata=_help("attention heads"))
+    n_layers: int = field(default=4, metadata=_help("encoder blocks"))
+    dropout: float = field(default=0.0, metadata=_help("dropout in blocks and before the head"))
+    label_smoothing: float = field(default=0.1, metadata=_help("label smoothing of the cross-entropy"))
+    crop_scale: float = field(default=1.0, metadata=_help("random resized crop: smallest area kept (1 = no crop)"))
+    flip: bool = field(default=True, metadata=_help("random horizontal flips"))
+    mixup: float = field(default=0.0, metadata=_help("mixup alpha (0 = off)"))
+    cutmix: float = field(default=0.0, metadata=_help("cutmix alpha (0 = off)"))
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if not 0.0 < self.crop_scale <= 1.0:
+            raise ValueError(f"crop_scale must be in (0, 1], got {self.crop_scale}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if self.mixup < 0 or self.cutmix < 0:
+            raise ValueError("mixup and cutmix alphas must be >= 0")
+        for name in ("train_size", "eval_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        self.tokenizer()  # validate sizes now, not halfway into a run
+        self.transformer()
+        if self.position == "sincos" and self.d_model % 4:
+            raise ValueError(f"2-D sin/cos positions need d_model divisible by 4, got {self.d_model}")
+
+    def tokenizer(self) -> ImagePatchTokenizer:
+        return ImagePatchTokenizer(
+            self.patch_size, self.image_size, position=self.position, class_token=self.pool == "cls"
+        )
+
+    def transformer(self) -> TransformerConfig:
+        return TransformerConfig(
+            d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers, dropout=self.dropout,
+            activation="gelu", norm_eps=1e-6,
+        )
+
+
+@register_task("classify")
+class ClassifyTask(Task):
+    """Image classification with a ViT (built-in shapes, an image folder, or a torchvision dataset)."""
+
+    Config = ClassifyConfig
+    best_metric = "accuracy"
+    higher_is_better = True
+
+    def __init__(self, config: ClassifyConfig) -> None:
+        super().__init__(config)
+        self.tokenizer = config.tokenizer()
+        self.classes: list[str] = []
+        self.run_dir: Path | None = None
+        self._eval_set: Dataset | None = None
+        self._confusion: Tensor | None = None  # [C, C] counts of the running eval pass (true, predicted)
+
+    # -- data --------------------------------------------------------------------------
+
+    def _datasets(self) -> tuple[Dataset, Dataset]:
+        c = self.config
+        name = c.data.lower()
+        if name == "shapes":
+            train, evals = image_data.shapes_datasets(c.train_size, c.eval_size, c.image_size, c.data_seed)
+        elif name in image_data.TORCHVISION_DATASETS:
+            train, evals = image_data.torchvision_datasets(name, Path(c.data_root), c.download)
+        elif Path(c.data).exists():
+            train, evals = image_data.folder_datasets(Path(c.data), c.val_fraction, c.data_seed)
+        else:
+            known = ", ".join(["shapes", *image_data.TORCHVISION_DATASETS])
+            raise DataError(f"data {c.data!r} is neither a folder nor a known dataset ({known})")
+        self.classes = image_data.dataset_classes(train)
+        return train, evals
+
+    def train_dataset(self) -> Dataset:
+        train, self._eval_set = self._datasets()
+        c = self.config
+        return _Tagged(image_data.Augmented(train, image_data.train_transform(c.image_size, c.crop_scale, c.flip)))
+
+    def eval_dataset(self) -> Dataset:
+        if self._eval_set is None:
+            _, self._eval_set = self._datasets()
+        return image_data.Augmented(self._eval_set, image_data.to_rgb)
+
+    def collate(self, samples: list[tuple[Any, ...]]) -> dict[str, Any]:
+        """``(image, label)`` items (``(image, label, True)`` for training) -> tokens, labels, targets.
+
+        ``targets`` are the labels, or ``[B, C]`` soft targets when mixup/cutmix mixed the batch.
+        """
+        labels = torch.tensor([s[1] for s in samples], dtype=torch.long)  # [B]
+        images: Any = [s[0] for s in samples]
+        targets: Tensor = labels
+        mixing = self.config.mixup > 0 or self.config.cutmix > 0
+        if mixing and len(samples[0]) == 3:  # training items are tagged
+            images, targets = self._mix(torch.stack(images), labels)
+        return {"tokens": self.tokenizer.batch(images), "labels": labels, "targets": targets}
+
+    def _mix(self, images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        """Mixup or cutmix (one, at random, if both are on) of a ``[B, 3, H, W]`` uint8 batch.
+
+        Returns float images in [0, 1] and soft targets ``[B, C]`` with label smoothing applied.
+        """
+        c, n = self.config, len(self.classes)
+        choices = [mix(alpha=alpha, num_classes=n) for mix, alpha in ((v2.MixUp, c.mixup), (v2.CutMix, c.cutmix))
+                   if alpha > 0]
+        images = v2.functional.to_dtype(images, torch.float32, scale=True)
+        images, soft = v2.RandomChoice(choices)(images, labels)
+        return images, soft * (1 - c.label_smoothing) + c.label_smoothing / n
+
+    # -- model and loss ----------------------------------------------------------------
+
+    def build_model(self) -> EncoderClassifier:
+        if not self.classes:
+            raise ConfigError("the classify task needs its classes: build datasets or load assets first")
+        c = self.config
+        head = ClassificationHead(
+            c.d_model, len(self.classes), pool=c.pool, n_prefix=int(c.pool == "cls"), dropout=c.dropout
+        )
+        return EncoderClassifier(self.tokenizer.build_embedder(c.d_model), c.transformer(), head)
+
+    def step(self, model: nn.Module, batch: dict[str, Any]) -> StepOutput:
+        logits = model(batch["tokens"]).float()  # [B, C]
+        labels = batch["labels"]  # [B]
+        loss = label_smoothing_cross_entropy(logits, batch["targets"], self.config.label_smoothing)
+        hits = topk_correct(logits, labels, (1, 5))
+        if not model.training:
+            self._count_eval(logits.argmax(-1), labels)
+        n = len(labels)
+        return StepOutput(loss=loss, metrics={"accuracy": (hits[1], n), "top5": (hits[5], n)}, count=n)
+
+    # -- confusion matrix --------------------------------------------------------------
+
+    def _count_eval(self, predicted: Tensor, labels: Tensor) -> None:
+        """Add an eval batch to the confusion matrix; write the PNG once this process's share is done."""
+        n = len(self.classes)
+        counts = torch.bincount(labels.cpu() * n + predicted.cpu(), minlength=n * n).reshape(n, n)
+        self._confusion = counts if self._confusion is None else self._confusion + counts
+        if self._eval_set is None or int(self._confusion.sum()) < _rank_share(len(self._eval_set)):
+            return
+        if self.run_dir is not None and int(os.environ.get("RANK", "0")) == 0:
+            plot_confusion(self._confusion, self.classes, self.run_dir / "plots" / "confusion.png")
+        self._confusion = None
+
+    # -- assets and inference ----------------------------------------------------------
+
+    def save_assets(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.tokenizer.save(run_dir / TOKENIZER_DIR)
+        (run_dir / CLASSES_FILE).write_text(json.dumps(self.classes, indent=1) + "\n", encoding="utf-8")
+
+    def load_assets(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        tokenizer = load_tokenizer(run_dir / TOKENIZER_DIR)
+        if not isinstance(tokenizer, ImagePatchTokenizer):
+            raise DataError(f"{run_dir / TOKENIZER_DIR} is not an image tokenizer")
+        self.tokenizer = tokenizer
+        try:
+            self.classes = json.loads((run_dir / CLASSES_FILE).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise DataError(f"cannot read the class names of {run_dir}: {err}") from None
+
+    def predict(self, model: nn.Module, images: Sequence[Any], top_k: int = 5) -> list[list[tuple[str, float]]]:
+        """Top ``top_k`` (class, probability) pairs per image (PIL images, tensors or file paths)."""
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            probs = model(self.tokenizer.batch(list(images)).to(device)).float().softmax(-1)  # [B, C]
+        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+        return [
+            [(self.classes[i], p) for i, p in zip(idx.tolist(), val.tolist(), strict=True)]
+            for idx, val in zip(top.indices, top.values, strict=True)
+        ]
+
+    def predict_inputs(self, model: nn.Module, inputs: Sequence[str], top_k: int = 5) -> list[str]:
+        """``tokformer predict``: one line per image file with its top classes."""
+        lines = []
+        for path, ranked in zip(inputs, self.predict(model, inputs, top_k), strict=True):
+            lines.append(f"{path}: " + ", ".join(f"{name} {p:.3f}" for name, p in ranked))
+        return lines
+
+
+def plot_confusion(counts: Tensor, classes: list[str], path: Path) -> None:
+    """Save a confusion matrix (rows: true class, columns: predicted) as a PNG, rows normalised."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = counts.double() / counts.sum(dim=1, keepdim=True).clamp(min=1)  # [C, C] share of each true class
+    size = max(4.0, 0.45 * len(classes) + 2)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(rates.numpy(), cmap="Blues", vmin=0, vmax=1)
+    ticks = range(len(classes))
+    ax.set_xticks(ticks, classes, rotation=90)
+    ax.set_yticks(ticks, classes)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    if len(classes) <= 20:
+        for i in ticks:
+            for j in ticks:
+                if counts[i, j]:
+                    color = "white" if rates[i, j] > 0.5 else "black"
+                    ax.text(j, i, int(counts[i, j]), ha="center", va="center", fontsize=7, color=color)
+    ax.set_title(f"accuracy {counts.diag().sum() / counts.sum().clamp(min=1):.3f}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _rank_share(n: int) -> int:
+    """Eval samples this process sees (the engine strides the eval set over processes)."""
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    return len(range(rank, n, world))
+
+
+class _Tagged(Dataset):
+    """Marks training items ``(image, label, True)`` so collate applies mixup/cutmix to them only."""
+
+    def __init__(self, base: Dataset) -> None:
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int) -> tuple[Any, int, bool]:
+        image, label = self.base[i]
+        return image, label, True
+
+
+def predict(
+    run_dir: str | Path, images: Sequence[Any], *, top_k: int = 5, checkpoint: str = "best", device: str = "cpu"
+) -> list[list[tuple[str, float]]]:
+    """Top ``top_k`` (class, probability) per image from a trained run: the Python form of ``tokformer predict``."""
+    from tokformer.engine import load_run
+
+    task, model = load_run(run_dir, checkpoint, device)
+    if not isinstance(task, ClassifyTask):
+        raise ConfigError(f"{run_dir} is not a classify run")
+    return task.predict(model, images, top_k)

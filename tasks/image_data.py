@@ -1,0 +1,268 @@
+"""Image datasets for the ``classify`` task: built-in shapes, an ImageFolder directory, or a
+torchvision dataset by name; plus the standard training augmentations.
+
+Every dataset here yields ``(image, label)`` with ``image`` a PIL image or a ``[C, H, W]``
+uint8 tensor: whatever the image tokenizer accepts. Augmentation wraps a dataset
+(:class:`Augmented`) so the eval set stays untouched.
+
+Bad data policy (docs/vision.md): files PIL cannot identify are skipped with a warning
+naming them when a folder is scanned; a file that breaks later, while being decoded,
+raises :class:`~tokformer.errors.DataError` naming it. An empty folder, a class folder
+without images, or a missing torchvision dataset without ``download`` is a DataError.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+from tokformer.tokenizers.image import open_image
+from torch import Tensor
+from torch.utils.data import Dataset
+from torchvision.transforms import v2
+
+from tokformer.errors import DataError
+
+log = logging.getLogger(__name__)
+
+SHAPE_CLASSES = (
+    "disc", "square", "triangle", "ring", "cross",
+    "h_stripes", "v_stripes", "checker", "diagonal", "frame",
+)  # fmt: skip
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
+TORCHVISION_DATASETS = {
+    "cifar10": "CIFAR10",
+    "cifar100": "CIFAR100",
+    "mnist": "MNIST",
+    "fashion_mnist": "FashionMNIST",
+    "kmnist": "KMNIST",
+}
+
+
+# -- built-in shapes ------------------------------------------------------------------------
+
+
+def _shape_mask(kind: int, yy: np.ndarray, xx: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
+    """Boolean ``[S, S]`` foreground of class ``kind`` at a random place and scale."""
+    r = rng.uniform(0.22, 0.4) * size  # half-extent in pixels
+    cy, cx = rng.uniform(r, size - r, size=2)
+    dy, dx = yy - cy, xx - cx
+    box = (np.abs(dy) <= r) & (np.abs(dx) <= r)
+    period = rng.integers(3, 6)
+    thick = max(1.5, r * rng.uniform(0.25, 0.4))
+    if kind == 0:  # disc
+        return dy**2 + dx**2 <= r**2
+    if kind == 1:  # square
+        return box
+    if kind == 2:  # triangle, apex up
+        return (dy <= r) & (np.abs(dx) <= (dy + r) / 2)
+    if kind == 3:  # ring
+        dist = np.sqrt(dy**2 + dx**2)
+        return (dist <= r) & (dist >= r - thick)
+    if kind == 4:  # plus-shaped cross
+        return box & ((np.abs(dy) <= thick / 2) | (np.abs(dx) <= thick / 2))
+    if kind == 5:  # horizontal stripes in a box
+        return box & ((yy // period) % 2 == 0)
+    if kind == 6:  # vertical stripes in a box
+        return box & ((xx // period) % 2 == 0)
+    if kind == 7:  # checkerboard in a box
+        return box & (((yy // period) + (xx // period)) % 2 == 0)
+    if kind == 8:  # one diagonal bar, either direction
+        sign = rng.choice((-1.0, 1.0))
+        return box & (np.abs(dy - sign * dx) <= thick)
+    return box & ~((np.abs(dy) <= r - thick) & (np.abs(dx) <= r - thick))  # 9: hollow square frame
+
+
+def make_shapes(n: int, size: int = 32, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """``n`` images ``[n, 3, size, size]`` uint8 and labels ``[n]``; same arguments, same data.
+
+    Ten classes of shape or texture, each drawn at a random position and scale, in a random
+    bright colour on a random darker background, with pixel noise. Colours are drawn
+    independently of the class, so the class cannot be read off the mean colour: a model
+    must see shape. (Bright-on-dark keeps edge polarity fixed, which a ViT learns much
+    faster than random polarity; area differences between classes are swamped by the
+    colour and scale randomness, see the test.)
+    """
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
+    images = np.empty((n, size, size, 3), dtype=np.uint8)
+    labels = rng.integers(0, len(SHAPE_CLASSES), size=n)
+    for i, kind in enumerate(labels):
+        hue = rng.uniform(0, 1, size=(2, 3))  # colour of shape and background, then their brightness:
+        fg = 0.55 + 0.45 * hue[0] / hue[0].max()  # a bright shape ...
+        bg = 0.35 * hue[1] / hue[1].max() * rng.uniform(0.2, 1)  # ... on a darker background
+        mask = _shape_mask(int(kind), yy, xx, rng, size)[..., None]
+        image = np.where(mask, fg, bg) + rng.normal(0, 0.06, size=(size, size, 3))
+        images[i] = (np.clip(image, 0, 1) * 255).round().astype(np.uint8)
+    return torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels).long()
+
+
+class TensorImages(Dataset):
+    """Images held in memory as one uint8 tensor ``[n, C, H, W]`` with labels ``[n]``."""
+
+    def __init__(self, images: Tensor, labels: Tensor, classes: list[str]) -> None:
+        self.images, self.labels, self.classes = images, labels, classes
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, int]:
+        return self.images[i], int(self.labels[i])
+
+
+def shapes_datasets(train_size: int, eval_size: int, size: int, seed: int) -> tuple[TensorImages, TensorImages]:
+    """Train and eval sets of the built-in shapes, from disjoint seeds."""
+    classes = list(SHAPE_CLASSES)
+    return (
+        TensorImages(*make_shapes(train_size, size, seed), classes),
+        TensorImages(*make_shapes(eval_size, size, seed + 1), classes),
+    )
+
+
+# -- folders --------------------------------------------------------------------------------
+
+
+class ImageFiles(Dataset):
+    """``(path, label)`` pairs, opened lazily; a file that fails to decode is a DataError naming it."""
+
+    def __init__(self, samples: list[tuple[Path, int]], classes: list[str]) -> None:
+        self.samples, self.classes = samples, classes
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> tuple[Image.Image, int]:
+        path, label = self.samples[i]
+        return open_image(path), label
+
+
+def _readable(path: Path) -> bool:
+    """PIL can identify the file (header check, cheap): unreadable files are skipped with a warning."""
+    try:
+        with Image.open(path) as image:
+            image.verify()
+        return True
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        log.warning("skipping unreadable image %s: %s", path, err)
+        return False
+
+
+def scan_folder(root: Path, classes: list[str] | None = None) -> tuple[list[tuple[Path, int]], list[str]]:
+    """Images under ``root/CLASS/...`` with their class index, like torchvision's ImageFolder.
+
+    ``classes`` fixes the class list (an eval folder must use the training classes); by
+    default it is the sorted subfolder names, and each must hold at least one image.
+    """
+    if not root.is_dir():
+        raise DataError(f"image folder not found: {root}")
+    found = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not found:
+        raise DataError(f"{root} has no class folders: expected {root}/CLASS_NAME/image.png for each class")
+    fixed = classes is not None
+    classes = classes if fixed else found
+    samples: list[tuple[Path, int]] = []
+    for label, name in enumerate(classes):
+        files = sorted(
+            p for p in (root / name).rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()
+        ) if (root / name).is_dir() else []
+        files = [p for p in files if _readable(p)]
+        if not files and not fixed:
+            raise DataError(f"class folder {root / name} has no readable images ({', '.join(IMAGE_EXTENSIONS)})")
+        samples += [(p, label) for p in files]
+    if fixed and (extra := sorted(set(found) - set(classes))):
+        raise DataError(f"{root} has classes the training data lacks: {', '.join(extra[:5])}")
+    return samples, classes
+
+
+def folder_datasets(root: Path, val_fraction: float, seed: int) -> tuple[ImageFiles, ImageFiles]:
+    """``root/train`` + ``root/val`` (or ``root/test``) if present; else ``root``'s class
+    folders, with a seeded ``val_fraction`` of the images held out."""
+    train_dir = root / "train"
+    held_out = next((root / n for n in ("val", "valid", "validation", "test") if (root / n).is_dir()), None)
+    if train_dir.is_dir() and held_out is not None:
+        train, classes = scan_folder(train_dir)
+        evals, _ = scan_folder(held_out, classes)
+        return ImageFiles(train, classes), ImageFiles(evals, classes)
+    samples, classes = scan_folder(root)
+    order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_eval = int(round(len(samples) * val_fraction))
+    if n_eval >= len(samples):
+        raise DataError(f"{root} has {len(samples)} images: too few to hold out {val_fraction:.0%} for evaluation")
+    evals = [samples[i] for i in order[:n_eval]]
+    return ImageFiles([samples[i] for i in order[n_eval:]], classes), ImageFiles(evals, classes)
+
+
+# -- torchvision datasets by name -------------------------------------------------------------
+
+
+def torchvision_datasets(name: str, root: Path, download: bool) -> tuple[Dataset, Dataset]:
+    """A torchvision dataset's train and test splits; without ``download`` the files must be in ``root``."""
+    import torchvision.datasets as tvd
+
+    cls = getattr(tvd, TORCHVISION_DATASETS[name])
+    try:
+        return cls(str(root), train=True, download=download), cls(str(root), train=False, download=download)
+    except RuntimeError as err:  # torchvision's "Dataset not found or corrupted"
+        hint = "check the network" if download else "pass -o download=true (needs network) or put its files there"
+        raise DataError(f"{name} not found under {root}: {err}; {hint}") from None
+    except OSError as err:  # download failure
+        raise DataError(f"could not download {name} into {root}: {err}") from None
+
+
+def dataset_classes(dataset: Dataset) -> list[str]:
+    classes = getattr(dataset, "classes", None)
+    if not classes:
+        raise DataError(f"{type(dataset).__name__} does not list its classes")
+    return [str(c) for c in classes]
+
+
+# -- augmentation ---------------------------------------------------------------------------
+
+
+def to_rgb(image: Any) -> Tensor:
+    """PIL image (any mode) or ``[C, H, W]`` uint8 tensor -> ``[3, H, W]`` uint8 tensor.
+
+    Palette images go through RGBA so transparency is resolved; alpha is dropped;
+    grayscale is repeated over the three channels.
+    """
+    if isinstance(image, Image.Image):
+        if image.mode == "P":
+            image = image.convert("RGBA")
+        return v2.functional.to_image(image.convert("RGB"))
+    if image.dim() == 2:
+        image = image.unsqueeze(0)
+    if image.shape[0] == 1:
+        return image.expand(3, -1, -1)
+    return image[:3]
+
+
+def train_transform(image_size: int, crop_scale: float, flip: bool) -> Callable[[Any], Tensor]:
+    """RGB, random resized crop (area ``crop_scale``..1 of the image; a plain resize at 1) and horizontal flip."""
+    crop = (
+        v2.RandomResizedCrop(image_size, scale=(crop_scale, 1.0), antialias=True)
+        if crop_scale < 1.0
+        else v2.Resize((image_size, image_size), antialias=True)
+    )
+    steps: list[Any] = [to_rgb, crop]
+    if flip:
+        steps.append(v2.RandomHorizontalFlip())
+    return v2.Compose(steps)
+
+
+class Augmented(Dataset):
+    """A dataset with a transform applied to each image; labels untouched."""
+
+    def __init__(self, base: Dataset, transform: Callable[[Any], Tensor]) -> None:
+        self.base, self.transform = base, transform
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, int]:
+        image, label = self.base[i]
+        return self.transform(image), label

@@ -1,0 +1,132 @@
+"""Task ``classify`` end to end: built-in shapes, an image folder, predict, mixup, bad data."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+from tokformer.tasks.classify import ClassifyConfig, ClassifyTask, predict
+from tokformer.tasks.image_data import make_shapes
+
+from tokformer.cli import main
+from tokformer.engine import train
+from tokformer.errors import DataError
+
+TINY_MODEL = {"d_model": 16, "n_heads": 2, "n_layers": 1, "patch_size": 8, "image_size": 16}
+TINY_TRAIN = {"steps": 3, "batch_size": 8, "eval_every": 3, "warmup_steps": 1, "train.device": "cpu"}
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_shapes_are_deterministic_and_not_separable_by_mean_colour():
+    images, labels = make_shapes(400, 16, seed=3)
+    again, _ = make_shapes(400, 16, seed=3)
+    assert torch.equal(images, again) and images.dtype == torch.uint8 and images.shape == (400, 3, 16, 16)
+    assert sorted(labels.unique().tolist()) == list(range(10))
+    # nearest class-mean colour is far from separating the classes (chance: 0.1)
+    colour = images.float().mean(dim=(2, 3))  # [n, 3]
+    centroids = torch.stack([colour[labels == c].mean(0) for c in range(10)])
+    predicted = torch.cdist(colour, centroids).argmin(1)
+    assert (predicted == labels).float().mean() < 0.3
+
+
+def test_train_on_shapes_then_predict(tmp_path):
+    run = tmp_path / "run"
+    train("classify", run_dir=str(run), quiet=True, train_size=32, eval_size=16, **TINY_MODEL, **TINY_TRAIN)
+    assert (run / "plots" / "confusion.png").stat().st_size > 0
+    assert json.loads((run / "classes.json").read_text())[0] == "disc"
+    image = tmp_path / "x.png"
+    Image.fromarray(np.zeros((20, 30, 4), np.uint8), "RGBA").save(image)  # odd size, RGBA
+    ranked = predict(run, [image], top_k=3)[0]
+    assert len(ranked) == 3 and all(0 <= p <= 1 for _, p in ranked)
+    assert [p for _, p in ranked] == sorted((p for _, p in ranked), reverse=True)
+    result = invoke("predict", str(run), str(image), "--top-k", "2")
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"{image}: ") and result.output.count(" 0.") == 2
+    missing = invoke("predict", str(run), str(tmp_path / "nope.png"))
+    assert missing.exit_code == 2 and "not found" in missing.output and "Traceback" not in missing.output
+
+
+def _write_folder(root, classes=("cat", "dog"), per_class=6):
+    rng = np.random.default_rng(0)
+    modes = ["RGB", "L", "RGBA", "P"]
+    for c, name in enumerate(classes):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            size = (13 + i, 17) if c == 0 else (24, 20 - i)
+            pixels = rng.integers(0, 256, size=(*size, 3), dtype=np.uint8)
+            Image.fromarray(pixels).convert(modes[i % 4]).save(root / name / f"{i}.png")
+
+
+def test_train_on_an_image_folder_skips_corrupt_files(tmp_path):
+    data = tmp_path / "data"
+    _write_folder(data)
+    (data / "dog" / "broken.png").write_bytes(b"\x89PNG garbage")
+    run = tmp_path / "run"
+    result = invoke(
+        "train", "classify", "-o", f"data={data}", "-o", "val_fraction=0.25",
+        "-o", "mixup=0.2", "-o", "cutmix=1.0", "-o", "crop_scale=0.5",
+        *[f"-o{k}={v}" for k, v in TINY_MODEL.items()],
+        "--steps", "2", "--batch-size", "4", "--eval-every", "2", "--warmup-steps", "1", "--device", "cpu",
+        "--run-dir", str(run), "--quiet",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "skipping unreadable image" in result.output and "broken.png" in result.output
+    assert json.loads((run / "classes.json").read_text()) == ["cat", "dog"]
+
+
+def test_train_and_val_subfolders(tmp_path):
+    _write_folder(tmp_path / "d" / "train")
+    _write_folder(tmp_path / "d" / "val", per_class=2)
+    task = ClassifyTask(ClassifyConfig(data=str(tmp_path / "d"), **TINY_MODEL))
+    assert len(task.train_dataset()) == 12 and len(task.eval_dataset()) == 4
+    image, label = task.eval_dataset()[0]
+    assert image.dtype == torch.uint8 and image.shape[0] == 3 and label == 0
+
+
+def test_mixup_gives_smoothed_soft_targets():
+    task = ClassifyTask(ClassifyConfig(train_size=8, eval_size=8, mixup=0.4, label_smoothing=0.1, **TINY_MODEL))
+    dataset = task.train_dataset()
+    batch = task.collate([dataset[i] for i in range(8)])
+    targets = batch["targets"]  # [8, 10]
+    assert targets.shape == (8, 10)
+    torch.testing.assert_close(targets.sum(-1), torch.ones(8))
+    assert targets.min() >= 0.01 - 1e-6  # smoothing puts s / C on every class
+    plain = task.collate([task.eval_dataset()[i] for i in range(4)])
+    assert torch.equal(plain["targets"], plain["labels"])  # eval batches are never mixed
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda root: root.mkdir(), "no class folders"),
+        (lambda root: (root / "cat").mkdir(parents=True), "has no readable images"),
+        (lambda root: None, "neither a folder nor a known dataset"),
+    ],
+)
+def test_bad_folders_are_one_line_errors(tmp_path, setup, message):
+    root = tmp_path / "data"
+    setup(root)
+    result = invoke("train", "classify", "-o", f"data={root}", "--steps", "1", "--run-dir", str(tmp_path / "r"), "-q")
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_missing_torchvision_dataset_without_download(tmp_path):
+    task = ClassifyTask(ClassifyConfig(data="cifar10", data_root=str(tmp_path)))
+    with pytest.raises(DataError, match="download=true"):
+        task.train_dataset()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"patch_size": 5}, "not a multiple of patch_size"), ({"d_model": 70, "n_heads": 5}, "divisible by 4")],
+)
+def test_bad_model_options_fail_before_any_data_is_made(tmp_path, options, message):
+    flags = [f"-o{k}={v}" for k, v in options.items()]
+    result = invoke("train", "classify", *flags, "--run-dir", str(tmp_path / "r"), "-q")
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output

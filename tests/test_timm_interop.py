@@ -1,0 +1,135 @@
+"""timm VisionTransformer <-> tokformer ViT: same logits (1e-5), exact round trips, checkpoint files."""
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+timm_vit = pytest.importorskip("timm.models.vision_transformer")
+
+from tokformer.tokenizers.timm_vit import (  # noqa: E402
+    build_vit,
+    from_timm,
+    from_timm_state_dict,
+    load_timm_checkpoint,
+    spec_from_state_dict,
+    spec_from_timm_model,
+    to_timm,
+    to_timm_state_dict,
+)
+
+from tokformer.errors import ConfigError, DataError  # noqa: E402
+
+SMALL = {"img_size": 32, "patch_size": 8, "embed_dim": 48, "depth": 2, "num_heads": 3, "num_classes": 7}
+CONFIGS = {
+    "token": {},
+    "avg+cls": {"global_pool": "avg"},
+    "avg-no-cls": {"global_pool": "avg", "class_token": False},
+    "avg-final-norm": {"global_pool": "avg", "fc_norm": False},
+    "no-embed-class": {"no_embed_class": True},
+    "patch4-rect-no-qkv-bias": {"patch_size": 4, "img_size": (24, 32), "qkv_bias": False},
+    "deeper-mlp2": {"depth": 3, "mlp_ratio": 2.0, "embed_dim": 64, "num_heads": 4, "img_size": 48, "patch_size": 16},
+    "no-final-norm": {"final_norm": False},
+}
+
+
+def make_timm(**overrides) -> torch.nn.Module:
+    """A small timm ViT with every parameter randomised (timm zero-inits some: biases, head)."""
+    torch.manual_seed(0)
+    model = timm_vit.VisionTransformer(**{**SMALL, **overrides}).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.1)
+    return model
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_same_logits_as_timm(name):
+    timm_model = make_timm(**CONFIGS[name])
+    tokenizer, model = from_timm(timm_model, mean=None, std=None)
+    model.eval()
+    images = torch.randn(3, 3, *tokenizer.image_size)
+    with torch.no_grad():
+        expected = timm_model(images)
+        got = model(tokenizer.batch(images))
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["token", "avg-no-cls", "patch4-rect-no-qkv-bias"])
+def test_round_trips_are_exact(name):
+    timm_model = make_timm(**CONFIGS[name])
+    spec = spec_from_timm_model(timm_model)
+    _, model = from_timm(timm_model)
+    back = to_timm(model, spec).state_dict()
+    original = timm_model.state_dict()
+    assert back.keys() == original.keys()
+    assert all(torch.equal(back[k], original[k]) for k in original)
+    ours = model.state_dict()
+    again = from_timm_state_dict(to_timm_state_dict(ours, spec), spec)
+    assert again.keys() == ours.keys() and all(torch.equal(again[k], ours[k]) for k in ours)
+
+
+@pytest.mark.parametrize("name", ["token", "no-embed-class", "avg-no-cls"])
+def test_other_image_sizes_match_timm_dynamic_img_size(name):
+    """Learned positions resampled like timm's resample_abs_pos_embed (bicubic, antialiased)."""
+    timm_model = make_timm(**CONFIGS[name], dynamic_img_size=True)
+    tokenizer, model = from_timm(timm_model, mean=None, std=None, resize=False)
+    images = torch.randn(2, 3, 48, 24)  # training size is 32x32
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(tokenizer.batch(images)), timm_model(images), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
+def test_checkpoint_files(tmp_path, suffix):
+    timm_model = make_timm(global_pool="avg", embed_dim=128, num_heads=2)  # n_heads = d / 64
+    path = tmp_path / f"vit{suffix}"
+    state = {k: v.contiguous() for k, v in timm_model.state_dict().items()}
+    if suffix == ".safetensors":
+        save_file(state, path)
+    else:
+        torch.save({"state_dict": {f"module.{k}": v for k, v in state.items()}}, path)
+    tokenizer, model = load_timm_checkpoint(path)
+    tokenizer.mean = tokenizer.std = None
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(tokenizer.batch(images)), timm_model(images), atol=1e-5, rtol=1e-5)
+
+
+def test_spec_inference_from_shapes():
+    spec = spec_from_state_dict(make_timm(no_embed_class=True).state_dict(), n_heads=3)
+    assert (spec.image_size, spec.patch_size, spec.d_model, spec.depth, spec.d_ff) == ((32, 32), 8, 48, 2, 192)
+    assert spec.class_token and spec.no_embed_class and spec.pool == "cls" and not spec.fc_norm
+    rect = spec_from_state_dict(make_timm(img_size=(24, 32)).state_dict(), n_heads=3, image_size=(24, 32))
+    assert not rect.no_embed_class
+    with pytest.raises(ConfigError, match="unknown ViT spec field"):
+        spec_from_state_dict(make_timm().state_dict(), heads=3)
+
+
+def test_unpicklable_and_foreign_files_are_refused(tmp_path):
+    evil = tmp_path / "evil.pth"
+    torch.save({"state_dict": {"x": torch.zeros(1)}, "obj": object()}, evil)
+    with pytest.raises(DataError, match="cannot read weights"):
+        load_timm_checkpoint(evil)  # weights_only=True will not unpickle arbitrary objects
+    other = tmp_path / "other.safetensors"
+    save_file({"fc.weight": torch.zeros(2, 2)}, other)
+    with pytest.raises(DataError, match="not a timm ViT"):
+        load_timm_checkpoint(other)
+    with pytest.raises(DataError, match="not found"):
+        load_timm_checkpoint(tmp_path / "missing.safetensors")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [({"init_values": 1e-5}, "layer scale"), ({"reg_tokens": 2}, "register tokens"), ({"pre_norm": True}, "pre-norm")],
+)
+def test_unsupported_timm_options_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        from_timm(make_timm(**overrides))
+
+
+def test_fresh_tokformer_vit_exports_to_timm():
+    spec = spec_from_timm_model(make_timm(global_pool="avg"))
+    tokenizer, model = build_vit(spec, mean=None, std=None)
+    timm_model = to_timm(model.eval(), spec)
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokenizer.batch(images)), timm_model(images), atol=1e-5, rtol=1e-5)

@@ -1,0 +1,108 @@
+"""Task heads that read the encoder's tokens: here, sequence-level classification.
+
+A classifier needs one vector per sample out of ``[B, N, d]`` tokens. Two standard ways:
+
+* ``cls``: a learned class token sits at position 0 and attends to everything; its
+  output is the summary (BERT, the original ViT);
+* ``mean``: average the real tokens (padding excluded by the mask, prefix tokens such as
+  a class token excluded by ``n_prefix``), which is translation-friendly and what timm
+  calls ``global_pool='avg'``.
+
+Nothing here knows what the tokens are (patches, nodes, words).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+Pooling = Literal["cls", "mean"]
+
+
+def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
+    """Mean over tokens where ``mask`` is True: ``[B, N, d]``, ``[B, N]`` -> ``[B, d]``.
+
+    A sample with no real token gives zeros rather than NaN.
+    """
+    if mask is None:
+        return x.mean(dim=1)
+    weights = mask.to(x.dtype).unsqueeze(-1)  # [B, N, 1]
+    return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+
+
+class ClassificationHead(nn.Module):
+    """Pool tokens to one vector, optionally LayerNorm it, drop out, project to class logits.
+
+    Args:
+        d_model: token width.
+        n_classes: number of classes (logit width).
+        pool: ``cls`` (token 0 is the summary) or ``mean`` (masked mean of non-prefix tokens).
+        n_prefix: leading tokens that are not content (class or register tokens); mean
+            pooling skips them.
+        norm: LayerNorm after pooling (timm's ``fc_norm``; pair it with an encoder built
+            with ``final_norm=False``).
+        norm_eps: epsilon of that LayerNorm.
+        dropout: dropout before the projection.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_classes: int,
+        *,
+        pool: Pooling = "cls",
+        n_prefix: int = 0,
+        norm: bool = False,
+        norm_eps: float = 1e-6,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if pool not in ("cls", "mean"):
+            raise ValueError(f"pool must be 'cls' or 'mean', got {pool!r}")
+        if pool == "cls" and n_prefix < 1:
+            raise ValueError("pool='cls' reads token 0, so the tokens need a class-token prefix (n_prefix >= 1)")
+        if n_classes <= 0:
+            raise ValueError(f"n_classes must be positive, got {n_classes}")
+        self.pool = pool
+        self.n_prefix = n_prefix
+        self.norm = nn.LayerNorm(d_model, eps=norm_eps) if norm else nn.Identity()
+        self.drop = nn.Dropout(dropout)
+        self.proj = nn.Linear(d_model, n_classes)
+
+    def pooled(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """The per-sample feature before the projection: ``[B, N, d]`` -> ``[B, d]``."""
+        if self.pool == "cls":
+            pooled = x[:, 0]
+        else:
+            tokens = x[:, self.n_prefix :]  # [B, N - n_prefix, d]
+            pooled = masked_mean(tokens, mask[:, self.n_prefix :] if mask is not None else None)
+        return self.norm(pooled)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:  # [B, N, d], [B, N] -> [B, n_classes]
+        return self.proj(self.drop(self.pooled(x, mask)))
+
+
+def label_smoothing_cross_entropy(logits: Tensor, target: Tensor, smoothing: float = 0.0) -> Tensor:
+    """Mean cross-entropy against ``(1 - s) * one_hot + s / C``: ``[B, C]``, ``[B]`` or ``[B, C]`` -> scalar.
+
+    ``target`` is class indices, or a ``[B, C]`` probability matrix (mixup/cutmix
+    targets, already smoothed by whoever mixed them, so ``smoothing`` is not applied).
+    Smoothing stops the model pushing logits to infinity for the true class.
+    """
+    if target.dim() == 2:
+        return torch.sum(-target * torch.log_softmax(logits.float(), dim=-1), dim=-1).mean()
+    return nn.functional.cross_entropy(logits.float(), target, label_smoothing=smoothing)
+
+
+def topk_correct(logits: Tensor, target: Tensor, ks: tuple[int, ...] = (1, 5)) -> dict[int, Tensor]:
+    """Number of samples whose true class is among the ``k`` highest logits, per k.
+
+    ``k`` larger than the number of classes counts every sample. Ties are broken by
+    :func:`torch.topk`'s order.
+    """
+    k_max = min(max(ks), logits.shape[-1])
+    top = logits.topk(k_max, dim=-1).indices  # [B, k_max]
+    hits = top == target.unsqueeze(-1)  # [B, k_max]
+    return {k: hits[:, : min(k, k_max)].any(dim=-1).sum() for k in ks}
