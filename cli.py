@@ -1,12 +1,368 @@
-"""The `tokformer` command line: a thin click layer over the library API."""
+"""The `tokformer` command line: a thin click layer over the library API.
+
+Adding a command: decorate a function with ``@main.command()`` (or a group with
+``@main.group()``) and call one library function from it. Errors need no handling
+there: :class:`TokformerGroup` turns every ``TokformerError`` raised under any command
+into one line and its exit code (2 for bad input, 1 for failed runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import typing
+from collections.abc import Callable
+from typing import Any
 
 import click
 
+from tokformer.engine.config import TrainConfig, field_default, load_config_file, parse_override
+from tokformer.errors import ConfigError, TokformerError
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class TokformerGroup(click.Group):
+    """A click group whose commands report errors as one line, without a traceback.
+
+    ``--debug`` (or TOKFORMER_DEBUG=1) re-raises instead, for the full traceback.
+    """
+
+    group_class = type  # subgroups are TokformerGroups too
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:
+            if ctx.meta.get("tokformer.debug") or os.environ.get("TOKFORMER_DEBUG"):
+                raise
+            if isinstance(e, TokformerError):
+                message, code = str(e), e.exit_code
+            elif isinstance(e, OSError):
+                message, code = f"{e.strerror or e}: {e.filename}" if e.filename else str(e), 1
+            else:
+                message, code = f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)", 1
+            click.echo(f"Error: {' '.join(message.split())}", err=True)
+            ctx.exit(code)
+
+
+@click.group(cls=TokformerGroup, context_settings=CONTEXT)
 @click.version_option(package_name="tokformer")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """tokformer: one Transformer for every modality."""
+    ctx.meta["tokformer.debug"] = debug
+
+
+def _is_rank0() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _metavar(tp: Any) -> str:
+    if typing.get_origin(tp) is typing.Literal:
+        return "[" + "|".join(typing.get_args(tp)) + "]"
+    names = {int: "INT", float: "FLOAT", str: "TEXT"}
+    args = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
+    return names.get(args[0], "VALUE")
+
+
+def train_options(f: Callable) -> Callable:
+    """One flag per TrainConfig field, documented from the field's help and default.
+
+    Values arrive as strings and are checked by the config layer, so a bad flag value
+    gets the same message as a bad config-file value. Defaults stay None here so that
+    only flags the user typed override the config file.
+    """
+    hints = typing.get_type_hints(TrainConfig)
+    for fld in reversed(dataclasses.fields(TrainConfig)):
+        flag = "--" + fld.name.replace("_", "-")
+        default = field_default(fld)
+        if hints[fld.name] is bool:
+            decls = [f"{flag}/--no-{fld.name.replace('_', '-')}"]
+            shown = str(default).lower()
+            option = click.option(*decls, fld.name, default=None, help=f"{fld.metadata['help']}  [default: {shown}]")
+        else:
+            option = click.option(flag, fld.name, default=None, metavar=_metavar(hints[fld.name]),
+                                  help=f"{fld.metadata['help']}  [default: {default}]")
+        f = option(f)
+    return f
+
+
+def _with_task(config: dict[str, Any], task: str) -> dict[str, Any]:
+    section = config.get("task", {})
+    section = {"name": section} if isinstance(section, str) else dict(section)
+    return {**config, "task": {**section, "name": task}}
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("task", required=False)
+@click.option("-c", "--config", "config_file", metavar="FILE",
+              help="TOML, YAML or JSON config with [task] (name + task options) and [train] sections.")
+@click.option("-o", "--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Set any option: task options (list them: tokformer tasks TASK) or train options; "
+                   "e.g. -o seq_len=12 -o train.lr=3e-4. Wins over --config.")
+@train_options
+@click.option("--resume", metavar="RUN_DIR", help="Continue RUN_DIR from its latest checkpoint (exactly).")
+@click.option("--overwrite", is_flag=True, help="Replace the run directory if it already exists.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars or info lines (for CI and log files).")
+def train(task: str | None, config_file: str | None, sets: tuple[str, ...], resume: str | None,
+          overwrite: bool, quiet: bool, **flags: str | bool | None) -> None:
+    """Train TASK (e.g. sort); `tokformer tasks` lists the tasks and their options.
+
+    Precedence: defaults < --config < -o/--set < flags. The resolved config is saved as
+    RUN_DIR/config.json. Runs under `torchrun --nproc-per-node N` unchanged.
+    """
+    from tokformer.engine import api
+    from tokformer.engine.progress import configure_logging
+
+    configure_logging(quiet or not _is_rank0())
+    overrides: dict[str, Any] = dict(parse_override(s) for s in sets)
+    overrides.update({f"train.{k}": v for k, v in flags.items() if v is not None})
+    if resume is not None:
+        if task or config_file:
+            raise ConfigError("--resume takes task and config from RUN_DIR/config.json; drop TASK and --config")
+        result = api.train(resume=resume, overwrite=overwrite, quiet=quiet, **overrides)
+    else:
+        config: dict[str, Any] = load_config_file(config_file) if config_file else {}
+        result = api.train(_with_task(config, task) if task else config, overwrite=overwrite, quiet=quiet,
+                           **overrides)
+    if not _is_rank0():
+        return
+    metrics = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items())
+    if result.interrupted:
+        click.echo(f"interrupted at step {result.step}; checkpoint saved. "
+                   f"Resume with: tokformer train --resume {result.run_dir}")
+    else:
+        click.echo(f"done: {result.step} steps in {result.run_dir}" + (f"; {metrics}" if metrics else ""))
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("run_dir")
+@click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N or mps.")
+@click.option("--batch-size", type=int, default=None, help="Evaluation batch size [default: the run's batch_size].")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def evaluate(run_dir: str, checkpoint: str, device: str, batch_size: int | None, as_json: bool, quiet: bool) -> None:
+    """Evaluate a checkpoint of RUN_DIR on its task's evaluation set."""
+    from tokformer.engine import api
+
+    metrics = api.evaluate(run_dir, checkpoint=checkpoint, device=device, batch_size=batch_size, quiet=quiet)
+    if not _is_rank0():
+        return
+    if as_json:
+        click.echo(json.dumps(metrics))
+    else:
+        for name, value in metrics.items():
+            click.echo(f"{name}: {value:.6g}")
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("run_dir")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--top-k", type=int, default=5, show_default=True, help="How many classes to show per input.")
+@click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
+def predict(run_dir: str, inputs: tuple[str, ...], top_k: int, checkpoint: str, device: str) -> None:
+    """Run RUN_DIR's trained model on INPUTS (for classify: image files) and print its predictions."""
+    from tokformer.engine import api
+
+    task, model = api.load_run(run_dir, checkpoint, device)
+    predict_inputs = getattr(task, "predict_inputs", None)
+    if predict_inputs is None:
+        raise ConfigError(f"task of {run_dir} has no predict support")
+    for line in predict_inputs(model, list(inputs), top_k=top_k):
+        click.echo(line)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("run_dir")
+@click.option("-p", "--prompt", "prompts", multiple=True, metavar="TEXT",
+              help="Text to continue (repeatable: prompts run as one batch) [default: one empty prompt].")
+@click.option("-n", "--max-new-tokens", type=int, default=128, show_default=True, help="Most tokens per prompt.")
+@click.option("-t", "--temperature", type=float, default=0.8, show_default=True, help="0 = greedy decoding.")
+@click.option("--top-k", type=int, default=None, help="Sample among the K most likely tokens only.")
+@click.option("--top-p", type=float, default=None, help="Sample within the nucleus of probability mass P only.")
+@click.option("--stop", "stops", multiple=True, metavar="TEXT", help="End a continuation at this text (repeatable).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
+@click.option("--no-cache", is_flag=True, help="Recompute the whole sequence per token (slow; for checking).")
+@click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
+def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temperature: float, top_k: int | None,
+             top_p: float | None, stops: tuple[str, ...], seed: int, no_cache: bool, checkpoint: str,
+             device: str) -> None:
+    """Continue text with the language model of RUN_DIR (a `tokformer train lm` run).
+
+    One prompt streams as it is generated; several are generated as a batch and printed
+    in order. A prompt too long for the model's context is cut from the left (a warning says so).
+    """
+    import warnings
+
+    from tokformer.tasks.lm import generate_text
+
+    texts = list(prompts) or [""]
+    stream = len(texts) == 1
+    if stream:
+        click.echo(texts[0], nl=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outputs = generate_text(run_dir, texts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                                top_p=top_p, stop=stops, seed=seed, use_cache=not no_cache, checkpoint=checkpoint,
+                                device=device,
+                                on_text=(lambda _row, piece: click.echo(piece, nl=False)) if stream else None)
+    for warning in caught:
+        click.echo(f"Warning: {warning.message}", err=True)
+    if stream:
+        click.echo()
+        return
+    for i, (prompt, output) in enumerate(zip(texts, outputs, strict=True)):
+        click.echo(f"{chr(10) * bool(i)}--- prompt {i + 1} ---\n{prompt}{output}")
+
+
+@main.command("translate", context_settings=CONTEXT)
+@click.argument("run_dir")
+@click.argument("sentence", required=False)
+@click.option("--file", "in_file", metavar="FILE", help="Translate this UTF-8 file, one sentence per line.")
+@click.option("--out", "out_file", metavar="FILE", help="With --file: write translations here [default: stdout].")
+@click.option("--eval", "held_out", is_flag=True, help="Score BLEU, chrF and exact match on the held-out split.")
+@click.option("--beam-size", type=int, default=None, help="1 = greedy decoding [default: the run's, 4].")
+@click.option("--length-penalty", type=float, default=None, help="Beam length penalty alpha [default: the run's, 1.0].")
+@click.option("--batch-size", type=int, default=64, show_default=True, help="Sentences decoded together.")
+@click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def translate_command(run_dir: str, sentence: str | None, in_file: str | None, out_file: str | None,
+                      held_out: bool, beam_size: int | None, length_penalty: float | None, batch_size: int,
+                      checkpoint: str, device: str, quiet: bool) -> None:
+    """Translate SENTENCE (or --file, or the held-out split with --eval) with a `tokformer train translate` run."""
+    from tokformer.tasks.translate import Translator, evaluate, read_sentences, translate
+
+    from tokformer.engine.progress import progress
+
+    if (sentence is not None) + (in_file is not None) + held_out != 1:
+        raise click.UsageError("give exactly one of SENTENCE, --file and --eval")
+    if out_file is not None and in_file is None:
+        raise click.UsageError("--out needs --file")
+    model = Translator.load(run_dir, checkpoint, device)
+    options = {"beam_size": beam_size, "length_penalty": length_penalty, "batch_size": batch_size}
+    if sentence is not None:
+        click.echo(translate(model, [sentence], **options)[0])
+        return
+    sources = model.task.pairs()[1] if held_out else read_sentences(in_file)
+    with progress(not quiet, total=len(sources), desc="translate", unit="sent") as bar:
+        if held_out:
+            for name, value in evaluate(model, on_batch=bar.update, **options).items():
+                click.echo(f"{name}: {value:.4g}")
+            return
+        outputs = translate(model, sources, on_batch=bar.update, **options)
+    text = "".join(line + "\n" for line in outputs)
+    if out_file is None:
+        click.echo(text, nl=False)
+    else:
+        with open(out_file, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("name", required=False)
+def tasks(name: str | None) -> None:
+    """List the registered tasks, or the options of task NAME with their defaults."""
+    from tokformer.engine.config import config_fields
+    from tokformer.engine.registry import get_task, task_names
+
+    if name is None:
+        for task_name in task_names():
+            doc = (get_task(task_name).__doc__ or "").strip().splitlines()
+            click.echo(f"{task_name:16s} {doc[0] if doc else ''}")
+        return
+    hints = typing.get_type_hints(get_task(name).Config)
+    for fld in config_fields(get_task(name).Config).values():
+        default = field_default(fld)
+        help_text = fld.metadata.get("help", "")
+        click.echo(f"{fld.name:16s} {_metavar(hints[fld.name]):8s} default {default!s:10s} {help_text}")
+
+
+@main.group(context_settings=CONTEXT)
+def tokenizer() -> None:
+    """Train a byte-level BPE tokenizer, encode text to ids and decode ids to text."""
+
+
+@tokenizer.command("train", context_settings=CONTEXT)
+@click.option("--data", "data", multiple=True, required=True, metavar="FILE", help="UTF-8 text file (repeatable).")
+@click.option("--vocab-size", type=int, required=True, help="Vocabulary size, specials and 256 bytes included.")
+@click.option("--out", required=True, metavar="DIR", help="Directory to save the tokenizer to.")
+@click.option("--pattern", default="gpt2", show_default=True, help="Pre-tokenization: gpt2, cl100k or a regex.")
+@click.option("--min-frequency", type=int, default=0, show_default=True, help="Stop below this pair count.")
+@click.option("--special-token", "special_tokens", multiple=True, metavar="TOKEN", help="Special token (repeatable).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+def tokenizer_train(data: tuple[str, ...], vocab_size: int, out: str, pattern: str, min_frequency: int,
+                    special_tokens: tuple[str, ...], quiet: bool) -> None:
+    """Train a byte-level BPE on the --data files and save it to --out."""
+    from tokformer.tokenizers.commands import train_tokenizer
+
+    trained = train_tokenizer(data, vocab_size, out, pattern=pattern, min_frequency=min_frequency,
+                              special_tokens=special_tokens, show_progress=not quiet)
+    click.echo(f"saved a {trained.vocab_size}-token BPE ({len(trained.merges)} merges) to {out}")
+
+
+@tokenizer.command("encode", context_settings=CONTEXT)
+@click.option("--tokenizer", "directory", required=True, metavar="DIR", help="A saved tokenizer directory.")
+@click.argument("text", required=False)
+@click.option("--file", "file", metavar="FILE", help="Encode this UTF-8 file instead of TEXT.")
+@click.option("--allow-special", is_flag=True, help="Treat special-token strings in the input as special tokens.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def tokenizer_encode(directory: str, text: str | None, file: str | None, allow_special: bool, quiet: bool) -> None:
+    """Print the token ids of TEXT (or of --file), space-separated."""
+    from tokformer.tokenizers.commands import encode_text, read_text_file
+
+    if (text is None) == (file is None):
+        raise click.UsageError("give exactly one of TEXT and --file")
+    source = read_text_file(file) if file is not None else text
+    ids = encode_text(directory, source, allow_special=allow_special, show_progress=not quiet)
+    click.echo(" ".join(map(str, ids)))
+
+
+@tokenizer.command("decode", context_settings=CONTEXT)
+@click.option("--tokenizer", "directory", required=True, metavar="DIR", help="A saved tokenizer directory.")
+@click.argument("ids", nargs=-1)
+def tokenizer_decode(directory: str, ids: tuple[str, ...]) -> None:
+    """Print the text of token IDS (arguments, or whitespace-separated on stdin)."""
+    from tokformer.tokenizers.commands import decode_ids, parse_ids
+
+    words = ids or click.open_file("-").read().split()
+    click.echo(decode_ids(directory, parse_ids(words)), nl=False)
+
+
+def _seed_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        seeds = tuple(int(s) for s in value.split(",") if s.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers like 0,1,2, got {value!r}") from None
+    if not seeds:
+        raise click.BadParameter("give at least one seed")
+    return seeds
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--out", default="birds_report", show_default=True, metavar="DIR", help="Report directory.")
+@click.option("--quick", is_flag=True, help="The small sweep (under 10 minutes on 2 CPU cores).")
+@click.option("--seeds", callback=_seed_list, metavar="0,1,2", help="Seeds [default: quick 0; full 0,1,2].")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or per-run lines.")
+def birds(out: str, quick: bool, seeds: tuple[int, ...] | None, device: str, quiet: bool) -> None:
+    """CNNs vs a Transformer on counting birds vs comparing two far-apart birds; writes a report."""
+    from tokformer.engine.progress import configure_logging
+    from tokformer.tasks.birds import run_experiment
+
+    configure_logging(quiet)
+    report = run_experiment(out, quick=quick, seeds=seeds, device=device, quiet=quiet)
+    click.echo(f"report: {report}")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ shared Transformer core mixes tokens; task heads (``tokformer.tasks``) read the 
 from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
 from tokformer.embedding import Embedder
+from tokformer.engine import evaluate, train
 from tokformer.transformer import Decoder, Encoder, EncoderDecoder
 from tokformer.weights import count_parameters
 
-__all__ = ["TokenBatch", "TransformerConfig", "Embedder", "Encoder", "Decoder", "EncoderDecoder", "count_parameters"]
+__all__ = ["TokenBatch", "TransformerConfig", "Embedder", "Encoder", "Decoder", "EncoderDecoder", "count_parameters",
+           "train", "evaluate"]
 __version__ = "0.1.0"

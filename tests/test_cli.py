@@ -1,0 +1,126 @@
+"""The click CLI end to end (in process): help, training, evaluation, one-line errors."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tokformer.cli import main
+from tokformer.engine.config import TrainConfig
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The test machine is shared by many processes: one intra-op thread per process avoids
+    oversubscription (several times faster there) and matches the subprocesses' OMP_NUM_THREADS=1."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+TINY = ["-o", "seq_len=6", "-o", "train_size=128", "-o", "eval_size=32", "-o", "d_model=16", "-o", "n_heads=2",
+        "-o", "n_layers=1", "--batch-size", "16", "--device", "cpu", "--quiet"]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_every_command_documents_every_option_and_default():
+    for command in ([], ["train"], ["evaluate"], ["tasks"]):
+        result = invoke(*command, "--help")
+        assert result.exit_code == 0, result.output
+    train_help = invoke("train", "--help").output
+    for fld in dataclasses.fields(TrainConfig):
+        assert "--" + fld.name.replace("_", "-") in train_help
+    assert "[default: 0.001]" in train_help and "--resume" in train_help and "--set" in train_help
+    assert "[default: best]" in invoke("evaluate", "--help").output
+
+
+def test_tasks_lists_sort_and_its_options():
+    assert "sort" in invoke("tasks").output
+    options = invoke("tasks", "sort").output
+    assert "seq_len" in options and "default 8" in options
+
+
+def test_train_then_evaluate(tmp_path):
+    run = tmp_path / "run"
+    result = invoke("train", "sort", *TINY, "--steps", "4", "--eval-every", "2", "--run-dir", str(run))
+    assert result.exit_code == 0, result.output
+    assert "done: 4 steps" in result.output
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["task"]["d_model"] == 16 and saved["train"]["steps"] == 4
+    evaluated = invoke("evaluate", str(run), "--json", "--quiet", "--device", "cpu")
+    assert evaluated.exit_code == 0, evaluated.output
+    assert set(json.loads(evaluated.output)) == {"loss", "accuracy", "seq_accuracy"}
+
+
+def test_config_file_with_flags_winning(tmp_path):
+    config = tmp_path / "sort.toml"
+    config.write_text('[task]\nname = "sort"\nseq_len = 5\n[train]\nsteps = 3\nlr = 0.01\n')
+    run = tmp_path / "run"
+    result = invoke("train", "-c", str(config), *TINY, "--lr", "0.002", "--run-dir", str(run))
+    assert result.exit_code == 0, result.output
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["train"]["lr"] == 0.002 and saved["train"]["steps"] == 3
+    assert saved["task"]["seq_len"] == 6  # -o beats the file
+
+
+def _exists(tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "config.json").write_text("{}")
+    return ["train", "sort", *TINY, "--run-dir", str(tmp_path / "taken")]
+
+
+BAD_INPUT = {
+    "missing config": (lambda p: ["train", "sort", "-c", str(p / "nope.toml")], "cannot read config file"),
+    "malformed config": (lambda p: ["train", "-c", str(_write(p / "bad.yaml", "task: [oops"))], "malformed"),
+    "unknown key": (lambda p: ["train", "sort", "-o", "seq_lenn=4"], "Did you mean 'seq_len'"),
+    "unknown key in file": (lambda p: ["train", "-c", str(_write(p / "c.toml", '[train]\nsetps = 3\n')), "sort"],
+                            "unknown train option 'setps'"),
+    "wrong type": (lambda p: ["train", "sort", "--lr", "fast"], "train.lr: expected a number"),
+    "heads do not divide": (lambda p: ["train", "sort", "-o", "d_model=30", "-o", "n_heads=4"],
+                            "not divisible by n_heads"),
+    "zero size": (lambda p: ["train", "sort", "-o", "seq_len=0"], "seq_len must be positive"),
+    "negative steps": (lambda p: ["train", "sort", "--steps", "-5"], "steps must be positive"),
+    "run dir exists": (_exists, "already exists"),
+    "unknown task": (lambda p: ["train", "srot"], "unknown task 'srot'. Did you mean 'sort'?"),
+    "no task": (lambda p: ["train"], "no task given"),
+    "not a run dir": (lambda p: ["evaluate", str(p)], "not a run directory"),
+    "resume not a run dir": (lambda p: ["train", "--resume", str(p)], "not a run directory"),
+    "bad device": (lambda p: ["train", "sort", "--device", "toaster"], "not a device"),
+}
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_is_one_line_exit_2(tmp_path, case):
+    make_args, needle = BAD_INPUT[case]
+    result = invoke(*make_args(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert needle in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_runtime_failure_is_one_line_exit_1(tmp_path):
+    import test_engine_train  # noqa: F401  (registers the test-explode task)
+
+    result = invoke("train", "test-explode", "--steps", "10", "--batch-size", "8", "--device", "cpu", "--quiet",
+                    "--run-dir", str(tmp_path / "r"))
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert result.output.startswith("Error: loss became nan")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    result = invoke("--debug", "train", "srot")
+    assert result.exit_code != 0 and result.exception is not None

@@ -1,0 +1,78 @@
+"""Checkpoints: no pickle, atomic directories, retention, RNG round trips."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from tokformer.engine import checkpoint as ckpt
+from tokformer.engine.rng import rng_state, set_rng_state
+from tokformer.errors import ConfigError
+
+
+def test_split_and_join_tensors_round_trip():
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.randn(3, 2))])
+    opt.param_groups[0]["params"][0].grad = torch.ones(3, 2)
+    opt.step()
+    state = {"optimizer": opt.state_dict(), "step": 4, "nested": [torch.arange(3), {"x": 1.5}]}
+    structure, tensors = ckpt.split_tensors(state)
+    json.dumps(structure)  # everything else is plain JSON
+    back = ckpt.join_tensors(json.loads(json.dumps(structure)), tensors)
+    assert torch.equal(back["nested"][0], torch.arange(3))
+    assert torch.equal(back["optimizer"]["state"]["0"]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+
+
+def test_save_is_complete_and_leaves_no_temporaries(tmp_path):
+    model = {"w": torch.randn(2, 2)}
+    path = ckpt.save_checkpoint(tmp_path, 7, model, {"step": 7, "t": torch.ones(2)})
+    assert sorted(p.name for p in path.iterdir()) == ["model.safetensors", "state.json", "state.safetensors"]
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+    assert torch.equal(ckpt.load_model_state(path)["w"], model["w"])
+    assert ckpt.load_state(path)["step"] == 7
+
+
+def test_partial_save_is_invisible_and_cleaned(tmp_path):
+    ckpt.save_checkpoint(tmp_path, 5, {"w": torch.zeros(1)}, {"step": 5})
+    partial = tmp_path / "checkpoints" / ".tmp-step-00000010-abc"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"half")
+    assert ckpt.list_checkpoints(tmp_path) == [5]
+    assert ckpt.find_checkpoint(tmp_path).name == "step-00000005"
+    ckpt.remove_partial(tmp_path)
+    assert not partial.exists()
+
+
+def test_prune_keeps_last_k_and_best(tmp_path):
+    for step in (10, 20, 30, 40, 50):
+        ckpt.save_checkpoint(tmp_path, step, {"w": torch.zeros(1)}, {"step": step})
+    ckpt.prune(tmp_path, keep_last=2, keep={20})
+    assert ckpt.list_checkpoints(tmp_path) == [20, 40, 50]
+
+
+def test_find_checkpoint_best_latest_and_step(tmp_path):
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        ckpt.find_checkpoint(tmp_path)
+    for step in (1, 2):
+        ckpt.save_checkpoint(tmp_path, step, {"w": torch.zeros(1)}, {"step": step})
+    ckpt.write_json_atomic(tmp_path / "best.json", {"step": 1})
+    assert ckpt.find_checkpoint(tmp_path, "best").name == "step-00000001"
+    assert ckpt.find_checkpoint(tmp_path, "latest").name == "step-00000002"
+    assert ckpt.find_checkpoint(tmp_path, "2").name == "step-00000002"
+    with pytest.raises(ConfigError, match="not found"):
+        ckpt.find_checkpoint(tmp_path, "9")
+
+
+def test_rng_states_survive_a_checkpoint(tmp_path):
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+    ckpt.save_checkpoint(tmp_path, 1, {}, {"rng": rng_state()})
+    expected = (random.random(), np.random.rand(), torch.rand(1))
+    random.seed(99)
+    np.random.seed(99)
+    torch.manual_seed(99)
+    set_rng_state(ckpt.load_state(ckpt.step_dir(tmp_path, 1))["rng"])
+    got = (random.random(), np.random.rand(), torch.rand(1))
+    assert got[:2] == expected[:2] and torch.equal(got[2], expected[2])

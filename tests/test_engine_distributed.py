@@ -1,0 +1,66 @@
+"""`tokformer train` under torchrun: 2 CPU processes (gloo) train like 1 process on the same global batch."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file
+
+from tokformer.engine import train
+from tokformer.engine.checkpoint import list_checkpoints, step_dir
+
+TASK = dict(seq_len=6, train_size=256, eval_size=30, d_model=16, n_heads=2, n_layers=1)
+ENGINE = dict(batch_size=16, grad_accum=2, warmup_steps=2, log_every=2, eval_every=3, device="cpu")
+STEPS = 6
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not dist.is_gloo_available(), reason="needs the gloo backend")
+def test_two_processes_match_one(tmp_path):
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        single = train("sort", quiet=True, steps=STEPS, run_dir=str(tmp_path / "one"), **TASK, **ENGINE)
+    finally:
+        torch.set_num_threads(before)
+
+    run = tmp_path / "two"
+    args = ["train", "sort", "--quiet", "--steps", str(STEPS), "--run-dir", str(run)]
+    args += [a for k, v in TASK.items() for a in ("-o", f"{k}={v}")]
+    args += [a for k, v in ENGINE.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "tokformer.cli", *args],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("done: 6 steps") == 1, "only rank 0 reports"
+
+    one, two = (load_file(step_dir(r, STEPS) / "model.safetensors") for r in (single.run_dir, run))
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], atol=1e-5, rtol=1e-4)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "eval"] == [3, 6], "rank 0 alone writes metrics"
+    evals = [r for r in records if r["split"] == "eval"]
+    assert evals[-1]["loss"] == pytest.approx(single.metrics["loss"], rel=1e-4)  # all 30 samples, split 15 + 15
+    assert list_checkpoints(run) == [3, 6]
+    state = json.loads((step_dir(run, 6) / "state.json").read_text())
+    assert state["data"]["world"] == 2 and len(state["rng"]) == 2, "every rank's RNG streams are saved"
+
+
+def test_device_auto_selection_and_bad_devices():
+    from tokformer.engine.distributed import select_device
+    from tokformer.errors import ConfigError
+
+    expected = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    assert select_device("auto").type == expected
+    assert select_device("cpu") == torch.device("cpu")
+    with pytest.raises(ConfigError, match="not a device"):
+        select_device("toaster")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CUDA is not available"):
+            select_device("cuda")

@@ -1,0 +1,113 @@
+"""Crash and Ctrl-C against real processes: SIGKILL mid-run + --resume is bitwise exact;
+SIGINT saves a checkpoint and exits cleanly."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tokformer.engine import train
+from tokformer.engine.checkpoint import list_checkpoints, step_dir
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The test machine is shared by many processes: one intra-op thread per process avoids
+    oversubscription (several times faster there) and matches the subprocesses' OMP_NUM_THREADS=1."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+TASK = dict(seq_len=8, train_size=512, eval_size=32, d_model=32, n_heads=2, n_layers=1, dropout=0.1)
+ENGINE = dict(batch_size=32, warmup_steps=10, log_every=1, eval_every=10, device="cpu", deterministic=True)
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def cli_args(steps: int, run_dir: Path) -> list[str]:
+    args = ["train", "sort", "--quiet", "--steps", str(steps), "--run-dir", str(run_dir)]
+    for key, value in TASK.items():
+        args += ["-o", f"{key}={value}"]
+    for key, value in ENGINE.items():
+        args += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    return args
+
+
+def start(args: list[str], log: Path) -> subprocess.Popen:
+    with log.open("w") as out:
+        return subprocess.Popen([sys.executable, "-m", "tokformer.cli", *args], stdout=out, stderr=subprocess.STDOUT,
+                                env=ENV)
+
+
+def last_logged_step(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    steps = [0]
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # a line being written right now
+            steps.append(json.loads(line)["step"])
+    return max(steps)
+
+
+def wait_until_step(proc: subprocess.Popen, run_dir: Path, step: int, timeout: float = 180) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reached = last_logged_step(run_dir)
+        if reached >= step and list_checkpoints(run_dir):
+            return reached
+        assert proc.poll() is None, f"training exited early with {proc.returncode}"
+        time.sleep(0.005)
+    raise AssertionError(f"step {step} not reached in {timeout}s")
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
+    steps = 100
+    reference = train("sort", quiet=True, steps=steps, run_dir=str(tmp_path / "ref"), **TASK, **ENGINE).run_dir
+
+    run = tmp_path / "killed"
+    proc = start(cli_args(steps, run), tmp_path / "killed.log")
+    reached = wait_until_step(proc, run, 23)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert reached < steps and max(list_checkpoints(run)) < steps, "the run must die before its end"
+
+    resumed = subprocess.run([sys.executable, "-m", "tokformer.cli", "train", "--quiet", "--resume", str(run)],
+                             capture_output=True, text=True, timeout=300, env=ENV)
+    assert resumed.returncode == 0, resumed.stderr
+    final, expected = load_file(step_dir(run, steps) / "model.safetensors"), load_file(
+        step_dir(reference, steps) / "model.safetensors")
+    assert final.keys() == expected.keys()
+    for key in final:
+        assert torch.equal(final[key], expected[key]), key
+
+
+@pytest.mark.slow
+def test_sigint_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+    run = tmp_path / "run"
+    log = tmp_path / "run.log"
+    proc = start(cli_args(100_000, run), log)
+    wait_until_step(proc, run, 3)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 0
+    output = log.read_text()
+    assert "Traceback" not in output
+    assert "interrupted at step" in output and f"--resume {run}" in output
+    stopped = int(output.split("interrupted at step ")[1].split(";")[0])
+    assert stopped in list_checkpoints(run)
+    state = json.loads((step_dir(run, stopped) / "state.json").read_text())
+    assert state["step"] == stopped and state["data"]["micro_batch"] == stopped
+
+

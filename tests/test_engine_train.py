@@ -1,0 +1,179 @@
+"""The training loop through the library API, in process: run directory, features, failures."""
+
+import functools
+import json
+import shutil
+from dataclasses import dataclass
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tokformer.tasks.sort import SortConfig, SortTask
+from torch.utils.data import Dataset
+
+import tokformer
+from tokformer.engine import StepOutput, Task, evaluate, load_run, register_task, train
+from tokformer.engine.checkpoint import list_checkpoints, step_dir
+from tokformer.errors import ConfigError, TrainingError
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The test machine is shared by many processes: one intra-op thread per process avoids
+    oversubscription (several times faster there) and matches the subprocesses' OMP_NUM_THREADS=1."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+TINY = dict(seq_len=6, train_size=256, eval_size=64, d_model=32, n_heads=2, n_layers=1, batch_size=16,
+            warmup_steps=3, log_every=2, device="cpu")
+
+
+def weights(run_dir, step):
+    return load_file(step_dir(run_dir, step) / "model.safetensors")
+
+
+def assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_library_api_is_exported():
+    assert tokformer.train is train and tokformer.evaluate is evaluate
+
+
+def test_run_directory_layout(tmp_path):
+    run = tmp_path / "run"
+    result = train("sort", quiet=True, steps=12, eval_every=4, keep_last=1, run_dir=str(run), **TINY)
+    assert result.step == 12 and not result.interrupted
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["task"] == {"name": "sort", **vars(SortConfig(seq_len=6, train_size=256, eval_size=64, d_model=32,
+                                                              n_heads=2, n_layers=1))}
+    assert saved["train"]["steps"] == 12 and saved["train"]["run_dir"] == str(run)
+    assert (run / "tokenizer" / "vocab.json").exists()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "eval"] == [4, 8, 12]
+    assert {"loss", "accuracy", "lr", "grad_norm", "samples_per_s"} <= set(records[0])
+    assert {p.name for p in (run / "plots").iterdir()} >= {"loss.png", "accuracy.png"}
+    best = json.loads((run / "best.json").read_text())
+    assert set(list_checkpoints(run)) == {12, best["step"]}  # keep_last=1, plus the best
+    assert result.best == best
+
+
+def test_existing_run_dir_is_refused_unless_overwrite(tmp_path):
+    run = tmp_path / "run"
+    train("sort", quiet=True, steps=2, run_dir=str(run), **TINY)
+    with pytest.raises(ConfigError, match="already exists.*--resume.*--overwrite"):
+        train("sort", quiet=True, steps=2, run_dir=str(run), **TINY)
+    assert train("sort", quiet=True, overwrite=True, steps=3, run_dir=str(run), **TINY).step == 3
+
+
+def test_resume_after_losing_later_checkpoints_is_bitwise_exact(tmp_path):
+    # dropout draws from torch's RNG every step: exactness needs the RNG state restored too
+    args = dict(quiet=True, steps=12, eval_every=4, keep_last=5, deterministic=True, dropout=0.1, **TINY)
+    full = train("sort", run_dir=str(tmp_path / "full"), **args).run_dir
+    cut = tmp_path / "cut"
+    shutil.copytree(full, cut)
+    for step in (8, 12):  # as if the run had died right after step 4's checkpoint
+        shutil.rmtree(step_dir(cut, step))
+    result = train(resume=cut, quiet=True)
+    assert result.step == 12
+    assert_same_weights(weights(full, 12), weights(cut, 12))
+    records = [json.loads(line) for line in (cut / "metrics.jsonl").read_text().splitlines()]
+    keys = [(r["split"], r["step"]) for r in records]
+    assert len(keys) == len(set(keys)), "steps redone after resume are logged once"
+
+
+def test_resume_can_extend_training(tmp_path):
+    run = train("sort", quiet=True, steps=4, eval_every=4, run_dir=str(tmp_path / "r"), **TINY).run_dir
+    assert train(resume=run, quiet=True, steps=6).step == 6
+    assert json.loads((run / "config.json").read_text())["train"]["steps"] == 6
+
+
+def test_grad_accumulation_matches_the_full_batch(tmp_path):
+    one = train("sort", quiet=True, steps=3, run_dir=str(tmp_path / "a"), **TINY).run_dir
+    acc = train("sort", quiet=True, steps=3, grad_accum=4, run_dir=str(tmp_path / "b"), **TINY).run_dir
+    a, b = weights(one, 3), weights(acc, 3)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4)
+
+
+def test_batch_must_split_over_accumulation(tmp_path):
+    with pytest.raises(ConfigError, match="divisible"):
+        train("sort", quiet=True, steps=1, grad_accum=3, run_dir=str(tmp_path / "r"), **TINY)
+
+
+def test_bf16_autocast_runs_on_cpu(tmp_path):
+    result = train("sort", quiet=True, steps=2, precision="bf16", run_dir=str(tmp_path / "r"), **TINY)
+    assert result.metrics["loss"] > 0
+
+
+@pytest.mark.slow
+def test_compiled_model_saves_plain_keys(tmp_path, monkeypatch):
+    # The `_orig_mod.` prefix comes from compile's wrapper module whatever the backend; the
+    # eager backend skips inductor's C++ build, which takes minutes on a small CPU.
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    result = train("sort", quiet=True, steps=1, compile=True, run_dir=str(tmp_path / "r"),
+                   **{**TINY, "eval_size": 16})
+    keys = weights(result.run_dir, 1).keys()
+    plain = SortTask(SortConfig(seq_len=6, d_model=32, n_heads=2, n_layers=1)).build_model().state_dict()
+    assert set(keys) == set(plain)
+    assert not any("_orig_mod" in k or k.startswith("module.") for k in keys)
+
+
+def test_evaluate_and_load_run(tmp_path):
+    result = train("sort", quiet=True, steps=6, eval_every=3, run_dir=str(tmp_path / "r"), **TINY)
+    latest = evaluate(result.run_dir, checkpoint="latest", device="cpu", quiet=True)
+    assert latest == pytest.approx(result.metrics)
+    task, model = load_run(result.run_dir, "latest")
+    assert not model.training
+    assert len(task.predict(model, [3, 1, 2, 0, 5, 4])) == 6
+
+
+class Exploding(Dataset):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor([float(i)])
+
+
+@dataclass
+class ExplodingConfig:
+    good_steps: int = 3
+
+
+@register_task("test-explode")
+class ExplodingTask(Task):
+    """Loss turns NaN after ``good_steps`` optimizer steps."""
+
+    Config = ExplodingConfig
+
+    def build_model(self) -> torch.nn.Module:
+        model = torch.nn.Linear(1, 1)
+        model.register_buffer("calls", torch.zeros(()))
+        return model
+
+    def train_dataset(self) -> Dataset:
+        return Exploding()
+
+    def collate(self, samples):
+        return torch.stack(samples)
+
+    def step(self, model, batch) -> StepOutput:
+        model.calls += 1
+        loss = model(batch).pow(2).mean()
+        if model.calls > self.config.good_steps:
+            loss = loss * float("nan")
+        return StepOutput(loss=loss, count=len(batch))
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    run = tmp_path / "r"
+    with pytest.raises(TrainingError, match="loss became nan at step 4.*last good checkpoint is step 2"):
+        train("test-explode", quiet=True, steps=10, eval_every=2, batch_size=8, device="cpu", run_dir=str(run))
+    assert list_checkpoints(run) == [2]
+    assert all(torch.isfinite(t).all() for t in weights(run, 2).values())

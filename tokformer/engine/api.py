@@ -1,0 +1,158 @@
+"""The library API: ``train``, ``evaluate`` and ``load_run``; the CLI calls exactly these."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tokformer.engine import checkpoint as ckpt
+from tokformer.engine.config import RunConfig, load_config_file, resolve
+from tokformer.engine.distributed import Dist, broadcast, process_group
+from tokformer.engine.progress import LOGGER
+from tokformer.engine.registry import get_task
+from tokformer.engine.task import Task
+from tokformer.engine.trainer import RunResult, Trainer, evaluate_model
+from tokformer.errors import ConfigError, DataError
+
+CONFIG_FILE = "config.json"
+log = logging.getLogger(LOGGER)
+
+
+def _task_config_cls(name: str) -> type:
+    return get_task(name).Config
+
+
+def resolve_config(
+    config: RunConfig | Mapping[str, Any] | str | os.PathLike | None = None, **overrides: Any
+) -> RunConfig:
+    """A full :class:`RunConfig` from a task name, a nested mapping, a config file path or a
+    RunConfig, plus overrides (``lr=1e-3``, ``seq_len=8``, or ``{"train.lr": 1e-3}``)."""
+    if isinstance(config, RunConfig):
+        config = config.to_dict()
+    if isinstance(config, (os.PathLike, Path)) or (isinstance(config, str) and Path(config).suffix):
+        config = load_config_file(config)
+    if isinstance(config, str):  # a bare task name
+        return resolve(config, None, overrides, _task_config_cls)
+    return resolve(None, config, overrides, _task_config_cls)
+
+
+def saved_config(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (no {CONFIG_FILE}); pass one that tokformer train made")
+    return load_config_file(path)
+
+
+@contextlib.contextmanager
+def _deterministic(on: bool) -> Iterator[None]:
+    """torch.use_deterministic_algorithms for the block, restoring the previous setting."""
+    previous = torch.are_deterministic_algorithms_enabled()
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # required by cuBLAS determinism
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous)
+
+
+def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool) -> Path:
+    """Pick and check the run directory on rank 0, create it, tell every rank (or the error)."""
+    outcome: tuple[str, str]
+    if d.is_main:
+        run_dir = Path(cfg.train.run_dir or f"runs/{cfg.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if not resume and run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
+            outcome = ("error", f"run directory {run_dir} already exists; "
+                                "pass --resume to continue it, --overwrite to replace it, or another --run-dir")
+        else:
+            if overwrite and not resume and run_dir.exists():
+                shutil.rmtree(run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            outcome = ("ok", str(run_dir))
+    outcome = broadcast(outcome if d.is_main else None, d)
+    if outcome[0] == "error":
+        raise ConfigError(outcome[1])
+    return Path(outcome[1])
+
+
+def train(
+    config: RunConfig | Mapping[str, Any] | str | os.PathLike | None = None,
+    *,
+    resume: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    quiet: bool = False,
+    **overrides: Any,
+) -> RunResult:
+    """Train a task; the Python form of ``tokformer train``.
+
+    Args:
+        config: a task name (``"sort"``), a config file path (.toml/.yaml/.json), a nested
+            mapping ``{"task": {"name": ..., ...}, "train": {...}}``, or a RunConfig.
+            Omit it with ``resume``.
+        resume: a run directory to continue from its latest checkpoint (its saved config
+            is used; ``overrides`` still apply, e.g. more ``steps``).
+        overwrite: replace an existing run directory instead of refusing.
+        quiet: no progress bars.
+        overrides: config values by bare name (``lr=3e-4``, ``seq_len=8``) or as
+            ``**{"train.lr": 3e-4}``; they win over ``config``.
+
+    Returns:
+        A :class:`RunResult` (run directory, steps done, last metrics, best checkpoint).
+
+    Under ``torchrun`` every process calls this; only rank 0 writes.
+    """
+    if resume is not None:
+        if config is not None:
+            raise ConfigError("give either a config or resume=RUN_DIR, not both")
+        overrides = {**overrides, "train.run_dir": str(resume)}
+        cfg = resolve_config(saved_config(Path(resume)), **overrides)
+    else:
+        cfg = resolve_config(config, **overrides)
+    with process_group(cfg.train.device) as d, _deterministic(cfg.train.deterministic):
+        run_dir = _prepare_run_dir(cfg, d, resume is not None, overwrite)
+        if resume is None and d.is_main:
+            cfg.train.run_dir = str(run_dir)
+            ckpt.write_json_atomic(run_dir / CONFIG_FILE, cfg.to_dict())
+        elif d.is_main and cfg.to_dict() != saved_config(run_dir):
+            ckpt.write_json_atomic(run_dir / CONFIG_FILE, cfg.to_dict())
+        if d.is_main:
+            log.info("run directory: %s", run_dir)
+        task = get_task(cfg.task)(cfg.task_config)
+        return Trainer(cfg, task, run_dir, d, resume=resume is not None, quiet=quiet).fit()
+
+
+def load_run(run_dir: str | os.PathLike, checkpoint: str = "best",
+             device: str | torch.device = "cpu") -> tuple[Task, nn.Module]:
+    """The task (assets loaded) and model (weights of ``checkpoint``: best, latest or a step)
+    of a finished or running run, in eval mode: the starting point of inference commands."""
+    run_dir = Path(run_dir)
+    cfg = resolve_config(saved_config(run_dir))
+    task = get_task(cfg.task)(cfg.task_config)
+    task.load_assets(run_dir)
+    model = task.build_model()
+    model.load_state_dict(ckpt.load_model_state(ckpt.find_checkpoint(run_dir, checkpoint)))
+    return task, model.to(device).eval()
+
+
+def evaluate(run_dir: str | os.PathLike, *, checkpoint: str = "best", device: str = "auto",
+             batch_size: int | None = None, quiet: bool = False) -> dict[str, float]:
+    """Loss and task metrics of a run's checkpoint on the task's eval set; the Python form
+    of ``tokformer evaluate``."""
+    run_dir = Path(run_dir)
+    cfg = resolve_config(saved_config(run_dir))
+    with process_group(device) as d:
+        task, model = load_run(run_dir, checkpoint, d.device)
+        dataset = task.eval_dataset()
+        if dataset is None:
+            raise DataError(f"task '{cfg.task}' has no evaluation set")
+        size = batch_size or max(1, cfg.train.batch_size // d.world)
+        return evaluate_model(task, model, dataset, d, size, cfg.train.precision, d.is_main and not quiet)

@@ -1,0 +1,287 @@
+"""Configs: dataclasses filled from defaults, then a config file, then overrides.
+
+A run's config has two sections: ``train`` (the engine's :class:`TrainConfig`, the same
+for every task) and ``task`` (``name`` plus the fields of the task's own config
+dataclass). Every value passes through :func:`build_dataclass`, which rejects unknown
+keys (suggesting the closest valid one) and coerces strings from the command line or
+from YAML (where ``1e-3`` is a string) to the declared type, so a typo is an error
+naming the key instead of a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tokformer.errors import ConfigError
+
+Precision = Literal["fp32", "bf16"]
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class TrainConfig:
+    """Engine settings shared by every task. Field help texts become the CLI's ``--help``."""
+
+    steps: int = field(default=1000, metadata=_help("optimizer steps to train for"))
+    batch_size: int = field(default=32, metadata=_help("global samples per optimizer step (all processes)"))
+    grad_accum: int = field(default=1, metadata=_help("micro-batches accumulated per optimizer step"))
+    lr: float = field(default=1e-3, metadata=_help("peak learning rate"))
+    min_lr_ratio: float = field(default=0.1, metadata=_help("cosine decay floor, as a fraction of lr"))
+    warmup_steps: int = field(default=100, metadata=_help("linear warmup steps before cosine decay"))
+    weight_decay: float = field(default=0.1, metadata=_help("AdamW decay, on weight matrices only"))
+    beta1: float = field(default=0.9, metadata=_help("AdamW beta1"))
+    beta2: float = field(default=0.95, metadata=_help("AdamW beta2"))
+    grad_clip: float = field(default=1.0, metadata=_help("max global gradient norm; 0 disables clipping"))
+    precision: Precision = field(default="fp32", metadata=_help("fp32, or bf16 autocast (CPU and CUDA)"))
+    compile: bool = field(default=False, metadata=_help("torch.compile the model"))
+    device: str = field(default="auto", metadata=_help("auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps"))
+    seed: int = field(default=0, metadata=_help("seed for weights, data order and every RNG"))
+    deterministic: bool = field(
+        default=False, metadata=_help("torch.use_deterministic_algorithms: bitwise-reproducible runs")
+    )
+    log_every: int = field(default=10, metadata=_help("log training metrics every N steps"))
+    eval_every: int = field(default=100, metadata=_help("evaluate and save a checkpoint every N steps"))
+    keep_last: int = field(default=3, metadata=_help("checkpoints kept besides the best one"))
+    num_workers: int = field(default=0, metadata=_help("DataLoader worker processes"))
+    run_dir: str | None = field(default=None, metadata=_help("run directory; default runs/TASK-TIMESTAMP"))
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "grad_accum", "log_every", "eval_every", "keep_last"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("warmup_steps", "weight_decay", "grad_clip", "num_workers"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run: the task's name and config, and the engine's."""
+
+    task: str
+    task_config: Any
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The nested form saved as ``config.json``; :func:`resolve` reads it back."""
+        return {"task": {"name": self.task, **dataclasses.asdict(self.task_config)},
+                "train": dataclasses.asdict(self.train)}
+
+
+def config_fields(cls: type) -> dict[str, dataclasses.Field]:
+    """The init fields of a config dataclass, by name."""
+    return {f.name: f for f in dataclasses.fields(cls) if f.init}
+
+
+def field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def unknown_key_message(key: str, valid: list[str], section: str) -> str:
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    return f"unknown {section} option '{key}'.{hint} Valid options: {', '.join(sorted(valid))}"
+
+
+def build_dataclass(cls: type, values: Mapping[str, Any], section: str) -> Any:
+    """``cls(**values)`` with unknown keys rejected and values coerced to the field types.
+
+    ``__post_init__`` validation errors (ValueError) become ConfigErrors naming the section.
+    """
+    fields_ = config_fields(cls)
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in values.items():
+        if key not in fields_:
+            raise ConfigError(unknown_key_message(key, list(fields_), section))
+        kwargs[key] = coerce(value, hints[key], f"{section}.{key}")
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"invalid {section} config: {e}") from e
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def coerce(value: Any, tp: Any, key: str) -> Any:
+    """``value`` as type ``tp``; strings are parsed, since flags and YAML deliver them."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        is_none = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
+        if is_none and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return coerce(value, arg, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} matches none of {tp}")
+    if origin is Literal:
+        if value in args:
+            return value
+        raise ConfigError(f"{key}: expected one of {', '.join(map(str, args))}, got {value!r}")
+    if origin in (tuple, list):
+        items = [s.strip() for s in value.split(",")] if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        inner = args[0] if args else Any
+        return origin(coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(items))
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    if tp is Path:
+        return Path(value)
+    raise ConfigError(f"{key}: unsupported config type {tp}")
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a TOML, YAML or JSON config file into a dict."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror or e}") from e
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        elif suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise ConfigError(f"config file {path}: unknown format '{suffix}'; use .toml, .yaml, .yml or .json")
+    except ConfigError:
+        raise
+    except Exception as e:  # each parser has its own error type; all mean "malformed file"
+        raise ConfigError(f"config file {path} is malformed: {str(e).splitlines()[0]}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table/mapping at the top level")
+    return data
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """``"key=value"`` -> ``("key", "value")``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override '{text}' is not KEY=VALUE (e.g. -o lr=3e-4 or -o task.seq_len=8)")
+    return key.strip(), value.strip()
+
+
+def route_override(key: str, task_cls: type) -> tuple[str, str]:
+    """Which section a key belongs to: ``train.lr`` and ``task.x`` are explicit; a bare key
+    goes to the one section that has it."""
+    section, dot, name = key.partition(".")
+    if dot:
+        if section not in ("train", "task"):
+            raise ConfigError(f"override '{key}': section must be 'train' or 'task'")
+        return section, name
+    in_train, in_task = key in config_fields(TrainConfig), key in config_fields(task_cls)
+    if in_train and in_task:
+        raise ConfigError(f"option '{key}' exists in both train and task configs; write train.{key} or task.{key}")
+    if in_train:
+        return "train", key
+    if in_task:
+        return "task", key
+    valid = list(config_fields(TrainConfig)) + list(config_fields(task_cls))
+    raise ConfigError(unknown_key_message(key, valid, "train or task"))
+
+
+def split_sections(data: Mapping[str, Any], source: str) -> tuple[str | None, dict, dict]:
+    """A nested config mapping -> (task name or None, task values, train values)."""
+    unknown = set(data) - {"task", "train"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(f"{source}: unknown top-level key '{key}'; a config has a [task] and a [train] section")
+    task = data.get("task", {})
+    if isinstance(task, str):
+        task = {"name": task}
+    train = data.get("train", {})
+    if not isinstance(task, Mapping) or not isinstance(train, Mapping):
+        raise ConfigError(f"{source}: 'task' and 'train' must be tables/mappings")
+    task = dict(task)
+    return task.pop("name", None), task, dict(train)
+
+
+def resolve(
+    task_name: str | None,
+    base: Mapping[str, Any] | None,
+    overrides: Mapping[str, Any],
+    task_config_cls: typing.Callable[[str], type],
+) -> RunConfig:
+    """Merge config layers, lowest priority first: dataclass defaults, ``base`` (a nested
+    mapping from a file or a saved run), then ``overrides`` (flat ``key`` or ``section.key``).
+
+    ``task_config_cls`` maps a task name to its config dataclass (the registry lookup). A
+    task config may set a ``train_defaults`` ClassVar (``{"steps": 2000, ...}``): the
+    train values that suit the task, between TrainConfig's defaults and ``base``.
+    """
+    base_name, task_values, train_values = split_sections(base or {}, "config")
+    name = task_name or base_name
+    if name is None:
+        raise ConfigError("no task given: name one (tokformer train sort) or set task.name in the config file")
+    cls = task_config_cls(name)
+    for key, value in overrides.items():
+        section, field_name = route_override(key, cls)
+        (train_values if section == "train" else task_values)[field_name] = value
+    return RunConfig(
+        task=name,
+        task_config=build_dataclass(cls, task_values, f"task '{name}'"),
+        train=build_dataclass(TrainConfig, {**getattr(cls, "train_defaults", {}), **train_values}, "train"),
+    )

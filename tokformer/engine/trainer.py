@@ -1,0 +1,268 @@
+"""The training loop: one loop for every task, one process or many.
+
+Per optimizer step: set the scheduled learning rate, run ``grad_accum`` micro-batches
+(forward under autocast, backward; DDP synchronises gradients on the last one only),
+agree across processes on the loss and on a stop request, stop on a non-finite loss,
+clip, step. Every ``eval_every`` steps: evaluate, checkpoint, keep the best.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
+
+from tokformer.engine import checkpoint as ckpt
+from tokformer.engine.config import RunConfig
+from tokformer.engine.data import StepSampler, eval_batches, to_device
+from tokformer.engine.distributed import Dist, all_sum, gather
+from tokformer.engine.metrics import MeanMeter, MetricLog, plot_metrics
+from tokformer.engine.optim import build_optimizer, lr_at, set_lr
+from tokformer.engine.progress import LOGGER, progress
+from tokformer.engine.rng import rng_state, seed_everything, set_rng_state
+from tokformer.engine.signals import stop_on_signals
+from tokformer.engine.task import Task
+from tokformer.errors import ConfigError, DataError, TrainingError
+
+log = logging.getLogger(LOGGER)
+
+
+@dataclass
+class RunResult:
+    """What :func:`tokformer.train` returns.
+
+    Attributes:
+        run_dir: the run directory (config, checkpoints, metrics, plots).
+        step: optimizer steps done.
+        metrics: the last evaluation's metrics (``loss`` and the task's).
+        best: ``{"step", "metric", "value"}`` of the best checkpoint, or None.
+        interrupted: stopped early by SIGINT/SIGTERM (a checkpoint was saved).
+    """
+
+    run_dir: Path
+    step: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    best: dict[str, Any] | None = None
+    interrupted: bool = False
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def evaluate_model(
+    task: Task, model: nn.Module, dataset: Dataset, d: Dist, batch_size: int, precision: str, show: bool
+) -> dict[str, float]:
+    """Mean loss and task metrics of ``model`` over ``dataset``, summed over all processes."""
+    meter = MeanMeter()
+    was_training = model.training
+    model.eval()
+    batches = eval_batches(len(dataset), batch_size, d.world, d.rank)
+    with torch.no_grad(), autocast(d.device, precision):
+        for idx in progress(show, iterable=batches, desc="eval", unit="batch", leave=False):
+            batch = to_device(task.collate([dataset[i] for i in idx]), d.device)
+            meter.add_step(task.step(model, batch))
+    model.train(was_training)
+    return meter.reduce(d)
+
+
+class Trainer:
+    """Trains ``task`` under ``cfg`` in ``run_dir``; ``resume`` continues from its latest checkpoint."""
+
+    def __init__(self, cfg: RunConfig, task: Task, run_dir: Path, d: Dist, *, resume: bool, quiet: bool) -> None:
+        self.cfg, self.tc, self.task, self.run_dir, self.d = cfg, cfg.train, task, run_dir, d
+        self.resume, self.show = resume, d.is_main and not quiet
+        per_step = d.world * self.tc.grad_accum
+        if self.tc.batch_size % per_step:
+            raise ConfigError(
+                f"batch_size={self.tc.batch_size} must be divisible by processes x grad_accum = {per_step}"
+            )
+        self.micro_batch = self.tc.batch_size // per_step
+
+    def fit(self) -> RunResult:
+        task, tc, d = self.task, self.tc, self.d
+        if self.resume:
+            task.load_assets(self.run_dir)
+        train_set, eval_set = task.train_dataset(), task.eval_dataset()
+        if d.is_main and not self.resume:
+            task.save_assets(self.run_dir)
+        seed_everything(tc.seed)  # weights depend on the seed only, not on data preparation
+        raw = task.build_model().to(d.device)
+        seed_everything(tc.seed + d.rank)  # per-rank streams: each rank draws its own dropout masks
+        model: nn.Module = torch.compile(raw) if tc.compile else raw
+        eval_model = model  # DDP's forward may talk to other ranks; evaluation must not
+        if d.active:
+            model = DistributedDataParallel(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+        optimizer = build_optimizer(raw, tc)
+        step, best = 0, None
+        logbook = MetricLog(self.run_dir) if d.is_main else None
+        if self.resume:
+            step, best = self._restore(raw, optimizer, logbook)
+        sampler = StepSampler(len(train_set), self.micro_batch, d.world, d.rank, tc.seed, start=step * tc.grad_accum,
+                              order=getattr(train_set, "epoch_order", None))
+        if sampler.batches_per_epoch == 0:
+            raise DataError(
+                f"the training set has {len(train_set)} samples, fewer than one batch of "
+                f"{self.micro_batch * d.world}; lower batch_size"
+            )
+        self.batches_per_epoch = sampler.batches_per_epoch
+        # Its own generator: DataLoader would otherwise draw its workers' base seed from torch's
+        # global RNG each time an iterator starts, and a resumed run starts one more than a straight one.
+        loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=task.collate, num_workers=tc.num_workers,
+                            generator=torch.Generator().manual_seed(tc.seed))
+        batches = iter(loader)
+        result = RunResult(self.run_dir, step, best=best)
+        meter, t0, samples = MeanMeter(), time.perf_counter(), 0
+        bar = progress(self.show, total=tc.steps, initial=step, desc="train", unit="step")
+        model.train()
+        try:
+            with stop_on_signals() as stop:
+                while step < tc.steps:
+                    set_lr(optimizer, lr_at(step, tc))
+                    loss = self._accumulate(model, batches, meter)
+                    agreed = all_sum(torch.tensor([loss, float(stop.requested)], dtype=torch.float64), d)
+                    if not math.isfinite(agreed[0]):
+                        optimizer.zero_grad(set_to_none=True)
+                        raise TrainingError(self._nan_message(step, float(agreed[0])))
+                    grad_norm = self._clip(raw)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    step += 1
+                    samples += tc.batch_size
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{agreed[0] / d.world:.4f}", lr=f"{lr_at(step - 1, tc):.2e}")
+                    if step % tc.log_every == 0:
+                        rate = samples / (time.perf_counter() - t0)
+                        self._log(logbook, "train", step, {**meter.reduce(d), "lr": lr_at(step - 1, tc),
+                                                          "grad_norm": grad_norm, "samples_per_s": rate})
+                        meter, t0, samples = MeanMeter(), time.perf_counter(), 0
+                    if step % tc.eval_every == 0 or step == tc.steps or agreed[1] > 0:
+                        result.metrics = self._evaluate(eval_model, eval_set, logbook, step)
+                        best = self._save(raw, optimizer, step, best, result.metrics)
+                    if agreed[1] > 0:
+                        result.interrupted = True
+                        self._info("stopped at step %d; resume with: tokformer train --resume %s", step, self.run_dir)
+                        break
+        finally:
+            bar.close()
+            if logbook is not None:
+                logbook.close()
+                if (self.run_dir / "metrics.jsonl").exists():
+                    plot_metrics(self.run_dir)
+        result.step, result.best = step, best
+        return result
+
+    def _accumulate(self, model: nn.Module, batches: Any, meter: MeanMeter) -> float:
+        """Forward and backward ``grad_accum`` micro-batches; returns this rank's mean loss."""
+        total = 0.0
+        for i in range(self.tc.grad_accum):
+            batch = to_device(next(batches), self.d.device)
+            last = i == self.tc.grad_accum - 1
+            sync = contextlib.nullcontext() if last or not self.d.active else model.no_sync()
+            with sync:
+                with autocast(self.d.device, self.tc.precision):
+                    out = self.task.step(model, batch)
+                (out.loss / self.tc.grad_accum).backward()
+            meter.add_step(out)
+            total += float(out.loss.detach()) / self.tc.grad_accum
+        return total
+
+    def _clip(self, model: nn.Module) -> float:
+        max_norm = self.tc.grad_clip if self.tc.grad_clip > 0 else math.inf
+        return float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+
+    def _evaluate(self, model: nn.Module, eval_set: Dataset | None, logbook: MetricLog | None,
+                  step: int) -> dict[str, float]:
+        if eval_set is None:
+            return {}
+        batch = max(1, self.tc.batch_size // self.d.world)
+        metrics = evaluate_model(self.task, model, eval_set, self.d, batch, self.tc.precision, self.show)
+        self._log(logbook, "eval", step, metrics)
+        self._info("step %d eval: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+        return metrics
+
+    def _info(self, message: str, *args: Any) -> None:
+        if self.d.is_main:
+            log.info(message, *args)
+
+    def _log(self, logbook: MetricLog | None, split: str, step: int, values: dict[str, float]) -> None:
+        if logbook is not None:
+            logbook.write(split, step, values)
+
+    def _save(self, raw: nn.Module, optimizer: torch.optim.Optimizer, step: int,
+              best: dict[str, Any] | None, metrics: dict[str, float]) -> dict[str, Any] | None:
+        """Checkpoint ``step`` (rank 0), update the best, prune old ones; returns the new best."""
+        name = self.task.best_metric
+        value = metrics.get(name)
+        if value is not None and math.isfinite(value):
+            better = best is None or (value > best["value"] if self.task.higher_is_better else value < best["value"])
+            if better:
+                best = {"step": step, "metric": name, "value": value}
+        rngs = gather(rng_state(), self.d)  # a collective: every rank's generators, for exact resume
+        if self.d.is_main:
+            state = {
+                "step": step,
+                "optimizer": optimizer.state_dict(),
+                "schedule": {"step": step, "lr": lr_at(max(step - 1, 0), self.tc)},
+                "data": self._data_position(step),
+                "rng": rngs,
+                "best": best,
+                "metrics": metrics,
+            }
+            ckpt.save_checkpoint(self.run_dir, step, raw.state_dict(), state)
+            if best is not None:
+                ckpt.write_json_atomic(self.run_dir / "best.json", best)
+            ckpt.prune(self.run_dir, self.tc.keep_last, {best["step"]} if best else set())
+        return best
+
+    def _data_position(self, step: int) -> dict[str, int]:
+        """Where the data stream stands after ``step`` steps (resume recomputes it from the step;
+        it is saved for people and tools reading the checkpoint)."""
+        consumed = step * self.tc.grad_accum
+        epoch, batch = divmod(consumed, self.batches_per_epoch)
+        return {"micro_batch": consumed, "epoch": epoch, "batch_in_epoch": batch,
+                "micro_batch_size": self.micro_batch, "world": self.d.world, "seed": self.tc.seed}
+
+    def _restore(self, raw: nn.Module, optimizer: torch.optim.Optimizer,
+                 logbook: MetricLog | None) -> tuple[int, dict[str, Any] | None]:
+        """Load the latest complete checkpoint into model, optimizer and RNGs."""
+        if self.d.is_main:
+            ckpt.remove_partial(self.run_dir)
+        if not ckpt.list_checkpoints(self.run_dir):  # died before its first save: start over
+            self._info("no checkpoint in %s yet; starting from step 0", self.run_dir)
+            if logbook is not None:
+                logbook.truncate_after(0)
+            return 0, None
+        path = ckpt.find_checkpoint(self.run_dir, "latest")
+        raw.load_state_dict(ckpt.load_model_state(path))
+        state = ckpt.load_state(path)
+        optim_state = state["optimizer"]
+        optim_state["state"] = {int(k): v for k, v in optim_state["state"].items()}  # JSON keys are strings
+        for group in optim_state["param_groups"]:
+            group.update({k: tuple(v) for k, v in group.items() if isinstance(v, list) and k != "params"})
+        optimizer.load_state_dict(optim_state)
+        rngs = state["rng"]
+        if len(rngs) != self.d.world:
+            self._info("checkpoint has RNG states of %d processes, this run has %d: not bitwise exact", len(rngs),
+                       self.d.world)
+        set_rng_state(rngs[self.d.rank % len(rngs)])
+        if logbook is not None:
+            logbook.truncate_after(state["step"])
+        self._info("resumed from %s (step %d)", path, state["step"])
+        return state["step"], state["best"]
+
+    def _nan_message(self, step: int, loss: float) -> str:
+        saved = ckpt.list_checkpoints(self.run_dir)
+        keep = (f"the last good checkpoint is step {saved[-1]} (resume with --resume {self.run_dir})"
+                if saved else "no checkpoint was saved yet")
+        return (f"loss became {loss} at step {step + 1}; stopped, {keep}. "
+                "Try a lower lr, more warmup_steps or grad_clip, or precision fp32")

@@ -1,0 +1,33 @@
+"""Errors a user can act on.
+
+The CLI turns each of these into one line and an exit code, with no traceback: a
+``UsageError`` (bad config, bad flag, bad run directory: the fix is in the user's
+hands) exits with 2, any other ``TokformerError`` (the run itself failed) with 1.
+Library callers catch them like any exception.
+"""
+
+from __future__ import annotations
+
+
+class TokformerError(Exception):
+    """Base of every error tokformer reports to a user; ``exit_code`` is what the CLI returns."""
+
+    exit_code = 1
+
+
+class UsageError(TokformerError):
+    """The request itself is wrong: fix the input and run again."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A config value, key, file or combination is invalid."""
+
+
+class DataError(UsageError):
+    """Input data is missing or malformed."""
+
+
+class TrainingError(TokformerError):
+    """Training started but could not continue (e.g. the loss became NaN)."""
