@@ -239,9 +239,8 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
                       held_out: bool, beam_size: int | None, length_penalty: float | None, batch_size: int,
                       checkpoint: str, device: str, quiet: bool) -> None:
     """Translate SENTENCE (or --file, or the held-out split with --eval) with a `tokformer train translate` run."""
-    from tokformer.tasks.translate import Translator, evaluate, read_sentences, translate
-
     from tokformer.engine.progress import progress
+    from tokformer.tasks.translate import Translator, evaluate, read_sentences, translate
 
     if (sentence is not None) + (in_file is not None) + held_out != 1:
         raise click.UsageError("give exactly one of SENTENCE, --file and --eval")

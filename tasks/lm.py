@@ -1,0 +1,393 @@
+"""Task ``lm``: autoregressive language modeling on text, and text generation.
+
+Byte-level BPE tokenizer (trained on the corpus, or loaded from ``tokenizer``) ->
+decoder-only Transformer (:class:`~tokformer.language_model.CausalLM`: causal mask,
+optionally tied embeddings) -> next-token cross-entropy. Documents are packed into one
+stream with end-of-text separators and kept on disk as a memory-mapped array of ids in
+the run directory (see :mod:`.lm_data`). With no ``data`` the corpus is the Python
+standard library's own source, so ``tokformer train lm`` works offline on any machine.
+
+The engine's eval ``loss`` is the exact mean next-token NLL over the held-out tokens
+(each step reports its loss with ``count`` = its number of target tokens), so held-out
+perplexity is ``exp(loss)``; :func:`perplexity` computes it together with the unigram
+baseline. :func:`generate_text` is the Python form of ``tokformer generate``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import math
+import os
+import random
+import shutil
+import tempfile
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tokformer.batch import TokenBatch
+from tokformer.config import TransformerConfig
+from tokformer.engine import StepOutput, Task, load_run, register_task
+from tokformer.engine.api import resolve_config, saved_config
+from tokformer.engine.progress import LOGGER
+from tokformer.errors import ConfigError, DataError, UsageError
+from tokformer.generation import generate, left_pad
+from tokformer.language_model import CausalLM
+from tokformer.sampling import SamplingConfig
+from tokformer.tasks import lm_data
+from tokformer.tokenizers.bpe import BPETokenizer
+from tokformer.weights import init_weights
+
+EOT = "<|endoftext|>"
+TOKENIZER_DIR = "tokenizer"
+CORPUS_DIR = "corpus"
+log = logging.getLogger(LOGGER)
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class LMConfig:
+    data: str = field(default="stdlib", metadata=_help("stdlib (built in), or comma-separated files, folders, globs"))
+    stdlib_bytes: int = field(default=3_000_000, metadata=_help("size of the built-in stdlib corpus in bytes"))
+    tokenizer: str = field(default="", metadata=_help("saved BPE tokenizer dir to use (default: train one)"))
+    vocab_size: int = field(default=1024, metadata=_help("BPE vocabulary size when training the tokenizer"))
+    tokenizer_chars: int = field(default=2_000_000, metadata=_help("characters of the corpus the BPE trains on"))
+    val_fraction: float = field(default=0.05, metadata=_help("held-out share of the tokens (whole documents)"))
+    data_seed: int = field(default=1234, metadata=_help("seed of the document order"))
+    context_len: int = field(default=64, metadata=_help("tokens the model sees (training window, max length)"))
+    d_model: int = field(default=128, metadata=_help("token width"))
+    n_heads: int = field(default=4, metadata=_help("attention heads (must divide d_model)"))
+    n_layers: int = field(default=2, metadata=_help("decoder blocks"))
+    d_ff: int | None = field(default=None, metadata=_help("feed-forward width (default 4*d_model)"))
+    dropout: float = field(default=0.0, metadata=_help("dropout"))
+    tie_embeddings: bool = field(default=True, metadata=_help("share the input embedding with the output layer"))
+
+    def __post_init__(self) -> None:
+        for name in ("stdlib_bytes", "vocab_size", "tokenizer_chars", "context_len"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        self.transformer()  # validate the model shape now, not halfway into a run
+
+    def transformer(self) -> TransformerConfig:
+        return TransformerConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers, d_ff=self.d_ff,
+                                 dropout=self.dropout, activation="gelu", norm_first=True)
+
+
+def build_lm(tokenizer: BPETokenizer, cfg: LMConfig) -> CausalLM:
+    """The decoder-only model for ``tokenizer``'s vocabulary; positions up to ``context_len``."""
+    tokenizer.max_length = cfg.context_len
+    embedder = tokenizer.build_embedder(cfg.d_model, dropout=cfg.dropout)
+    model = CausalLM(embedder, cfg.transformer(), tokenizer.vocab_size, tie_embeddings=cfg.tie_embeddings)
+    init_weights(model, cfg.n_layers)  # GPT-2's: N(0, 0.02), scaled residual projections
+    return model
+
+
+def token_nll(model: nn.Module, windows: Tensor) -> tuple[Tensor, int]:
+    """Summed next-token NLL over ``windows`` ``[B, T+1]`` and the number of targets ``B*T``.
+
+    A sum, not a mean, so callers average over tokens exactly, whatever the batch sizes.
+    """
+    inputs, targets = windows[:, :-1], windows[:, 1:]  # [B, T] each
+    positions = torch.arange(inputs.shape[1], device=inputs.device).expand_as(inputs)
+    tokens = TokenBatch(ids=inputs, mask=torch.ones_like(inputs, dtype=torch.bool), positions=positions)
+    logits = model(tokens).float()  # [B, T, V]
+    nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
+    return nll, targets.numel()
+
+
+@register_task("lm")
+class LMTask(Task):
+    """Language modeling: BPE + decoder-only Transformer; eval loss = held-out token NLL."""
+
+    Config = LMConfig
+
+    def __init__(self, config: LMConfig) -> None:
+        super().__init__(config)
+        self.tokenizer: BPETokenizer | None = None
+        self.corpus: lm_data.TokenCorpus | None = None
+        self._staging: Path | None = None
+        self._run_dir: Path | None = None
+
+    # -- data ------------------------------------------------------------------------
+
+    def _prepare(self) -> lm_data.TokenCorpus:
+        """Tokenizer and packed corpus: read from the run directory on reload, else built in
+        a staging directory that :meth:`save_assets` moves into the run directory (the
+        engine asks for datasets before it tells the task where the run lives)."""
+        if self.corpus is not None:
+            return self.corpus
+        if self._run_dir is not None:
+            self.corpus = lm_data.TokenCorpus(self._run_dir / CORPUS_DIR)
+            return self.corpus
+        c = self.config
+        paths = lm_data.resolve_sources(c.data, c.stdlib_bytes)
+        random.Random(c.data_seed).shuffle(paths)
+        if self.tokenizer is None:
+            self.tokenizer = self._make_tokenizer(paths)
+        eot = self.tokenizer.token_to_id(EOT)
+        self._staging = Path(tempfile.mkdtemp(prefix="tokformer-lm-"))
+        # Ranks other than 0 never get save_assets: their staging copy goes with the task.
+        weakref.finalize(self, shutil.rmtree, self._staging, ignore_errors=True)
+        log.info("encoding %d files", len(paths))
+        meta = lm_data.pack_corpus(lm_data.iter_documents(paths), self.tokenizer.encode, eot,
+                                   self.tokenizer.vocab_size, self._staging, c.val_fraction, [str(p) for p in paths])
+        log.info("corpus: %d documents, %d tokens (%d held out)", meta.documents, meta.tokens,
+                 meta.tokens - meta.eval_start)
+        self.corpus = lm_data.TokenCorpus(self._staging)
+        return self.corpus
+
+    def _make_tokenizer(self, paths: list[Path]) -> BPETokenizer:
+        c = self.config
+        if c.tokenizer:
+            tokenizer = BPETokenizer.load(c.tokenizer)
+            if EOT not in tokenizer.special_tokens:
+                raise ConfigError(f"tokenizer {c.tokenizer} has no {EOT} special token to separate documents")
+            return tokenizer
+        texts, budget = [], c.tokenizer_chars  # the first documents, up to the character budget
+        for text in lm_data.iter_documents(paths):
+            texts.append(text[:budget])
+            budget -= len(texts[-1])
+            if budget <= 0:
+                break
+        if not texts:
+            raise DataError(f"the corpus '{c.data}' holds no usable text (empty, whitespace-only or binary files)")
+        log.info("training a %d-token BPE on %d characters", c.vocab_size, sum(map(len, texts)))
+        return BPETokenizer.train(texts, c.vocab_size, special_tokens=[EOT], max_length=c.context_len)
+
+    def train_dataset(self) -> lm_data.WindowDataset:
+        return lm_data.WindowDataset(self._prepare(), "train", self.config.context_len)
+
+    def eval_dataset(self) -> lm_data.WindowDataset:
+        return lm_data.WindowDataset(self._prepare(), "eval", self.config.context_len)
+
+    def collate(self, samples: list[Tensor]) -> Tensor:
+        return torch.stack(samples)  # [B, context_len + 1]
+
+    # -- model -----------------------------------------------------------------------
+
+    def build_model(self) -> CausalLM:
+        if self.tokenizer is None:
+            self._prepare()
+        assert self.tokenizer is not None
+        return build_lm(self.tokenizer, self.config)
+
+    def step(self, model: nn.Module, batch: Tensor) -> StepOutput:
+        nll, n = token_nll(model, batch)
+        return StepOutput(loss=nll / n, count=n)
+
+    # -- assets ----------------------------------------------------------------------
+
+    def save_assets(self, run_dir: Path) -> None:
+        """The tokenizer, and the packed corpus moved out of its staging directory."""
+        self._run_dir = run_dir
+        assert self.tokenizer is not None
+        self.tokenizer.save(run_dir / TOKENIZER_DIR)
+        if self.corpus is not None and self._staging is not None:
+            self.corpus.move_to(run_dir / CORPUS_DIR)
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+
+    def load_assets(self, run_dir: Path) -> None:
+        """The tokenizer now; the corpus only when a dataset is asked for (generation needs none)."""
+        self._run_dir = run_dir
+        self.tokenizer = BPETokenizer.load(run_dir / TOKENIZER_DIR)
+
+
+# -- inference ---------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedLM:
+    """A trained language model with its tokenizer: what generation and scoring need."""
+
+    tokenizer: BPETokenizer
+    model: CausalLM
+    context_len: int
+
+    @property
+    def eot_id(self) -> int:
+        return self.tokenizer.token_to_id(EOT)
+
+
+def load_lm(run_dir: str | os.PathLike, checkpoint: str = "best", device: str | torch.device = "cpu") -> LoadedLM:
+    """Tokenizer and model (``checkpoint``: best, latest or a step) of an ``lm`` run."""
+    name = saved_config(Path(run_dir)).get("task", {}).get("name")
+    if name != "lm":
+        raise UsageError(f"{run_dir} is a run of task '{name}', not of 'lm'; generation needs a language model")
+    task, model = load_run(run_dir, checkpoint, device)
+    assert isinstance(task, LMTask) and task.tokenizer is not None and isinstance(model, CausalLM)
+    return LoadedLM(task.tokenizer, model, task.config.context_len)
+
+
+def held_out_perplexity(model: nn.Module, dataset: lm_data.WindowDataset, batch_size: int = 32) -> float:
+    """``exp(total NLL / total target tokens)`` of ``model`` over every window of ``dataset``:
+    a mean over tokens, so uneven batches weigh exactly what their tokens weigh."""
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for lo in range(0, len(dataset), batch_size):
+            windows = torch.stack([dataset[i] for i in range(lo, min(lo + batch_size, len(dataset)))])
+            nll, n = token_nll(model, windows.to(device))
+            total, count = total + float(nll), count + n
+    return math.exp(total / count)
+
+
+def perplexity(run_dir: str | os.PathLike, *, checkpoint: str = "best", batch_size: int = 32,
+               device: str = "cpu") -> dict[str, float]:
+    """Held-out perplexity of an ``lm`` run's model, and of the unigram baseline (same
+    tokenizer, same held-out target tokens): ``{"ppl", "unigram_ppl", "tokens"}``."""
+    lm = load_lm(run_dir, checkpoint, device)  # checks that this is an lm run
+    task = LMTask(resolve_config(saved_config(Path(run_dir))).task_config)
+    task.load_assets(Path(run_dir))
+    dataset = task.eval_dataset()
+    unigram = lm_data.unigram_perplexity(dataset.corpus, lm.tokenizer.vocab_size, dataset.target_range)
+    lo, hi = dataset.target_range
+    return {"ppl": held_out_perplexity(lm.model, dataset, batch_size), "unigram_ppl": unigram, "tokens": hi - lo}
+
+
+class TextStream:
+    """The text of one generated row, released in whole characters and cut at stop strings.
+
+    Tokens are byte sequences that may split a UTF-8 character, so bytes go through an
+    incremental decoder; text that could be the start of a stop string is held back
+    until it is known not to be one, so a stream never shows part of a stop string.
+    """
+
+    def __init__(self, tokenizer: BPETokenizer, stops: Sequence[str]) -> None:
+        self.tokenizer, self.stops = tokenizer, [s for s in stops if s]
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._hold = max((len(s) for s in self.stops), default=1) - 1
+        self.text, self.emitted, self.done = "", 0, False
+
+    def feed(self, token_id: int) -> str:
+        """Add a token; return the text now safe to show."""
+        if self.done:
+            return ""
+        before = len(self.text)
+        self.text += self._decoder.decode(self.tokenizer.decode_bytes([token_id]))
+        if self._cut(max(0, before - self._hold)):
+            return self._release(len(self.text))
+        return self._release(len(self.text) - self._hold)
+
+    def finish(self) -> str:
+        """End of generation: flush held-back text (and any incomplete character)."""
+        if not self.done:
+            self.text += self._decoder.decode(b"", final=True)
+            self._cut(0)
+            self.done = True
+        return self._release(len(self.text))
+
+    def _cut(self, start: int) -> bool:
+        hits = [i for i in (self.text.find(s, start) for s in self.stops) if i >= 0]
+        if hits:
+            self.text, self.done = self.text[: min(hits)], True
+        return bool(hits)
+
+    def _release(self, upto: int) -> str:
+        piece = self.text[self.emitted : max(upto, self.emitted)]
+        self.emitted += len(piece)
+        return piece
+
+
+def _fit_context(prompts: list[list[int]], max_new_tokens: int, context_len: int) -> tuple[list[list[int]], int]:
+    """Documented policy for sequences longer than the model's context: at most
+    ``context_len - 1`` new tokens, and prompts cut from the left to leave room for them."""
+    if max_new_tokens >= context_len:
+        warnings.warn(f"max_new_tokens={max_new_tokens} does not fit the model's context of {context_len} "
+                      f"tokens; generating at most {context_len - 1}", stacklevel=3)
+        max_new_tokens = context_len - 1
+    room = context_len - max_new_tokens
+    if any(len(p) > room for p in prompts):
+        warnings.warn(f"prompt longer than {room} tokens (context {context_len} - {max_new_tokens} new tokens); "
+                      "keeping its last tokens", stacklevel=3)
+    return [p[-room:] for p in prompts], max_new_tokens
+
+
+def generate_text(
+    source: str | os.PathLike | LoadedLM,
+    prompts: str | Sequence[str],
+    *,
+    max_new_tokens: int = 128,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    stop: str | Sequence[str] = (),
+    seed: int = 0,
+    use_cache: bool = True,
+    checkpoint: str = "best",
+    device: str = "cpu",
+    on_text: Callable[[int, str], None] | None = None,
+) -> list[str]:
+    """Continue each prompt with a trained language model; the Python form of ``tokformer generate``.
+
+    Args:
+        source: an ``lm`` run directory, or a :class:`LoadedLM` (see :func:`load_lm`).
+        prompts: one text or several; several are generated as one left-padded batch and
+            each gets exactly what it would get alone (greedy; sampling draws differ).
+        max_new_tokens: the most tokens per prompt. Generation also ends at end-of-text.
+        temperature: 0 is greedy decoding; otherwise logits are divided by it.
+        top_k / top_p: sample only among the k most likely tokens / the nucleus of mass p.
+        stop: strings that end a continuation; the text is cut before the first one.
+        seed: seed of the sampling generator (same seed, same text).
+        use_cache: keep past keys/values (fast); False recomputes the whole sequence per token.
+        on_text: called with (prompt index, text) as whole characters become available: streaming.
+
+    Every prompt is preceded by the end-of-text token, the context documents start in
+    during training. A prompt too long for the model's context is cut from the left
+    with a warning (see :func:`_fit_context`). Returns the continuations (prompts excluded).
+    """
+    lm = source if isinstance(source, LoadedLM) else load_lm(source, checkpoint, device)
+    texts = [prompts] if isinstance(prompts, str) else list(prompts)
+    if not texts:
+        raise UsageError("give at least one prompt")
+    if max_new_tokens <= 0:
+        raise UsageError(f"max_new_tokens must be positive, got {max_new_tokens}")
+    try:
+        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    stop = [stop] if isinstance(stop, str) else list(stop)
+    encoded = [[lm.eot_id, *lm.tokenizer.encode(t)] for t in texts]
+    encoded, max_new_tokens = _fit_context(encoded, max_new_tokens, lm.context_len)
+    ids, mask = left_pad(encoded, pad_id=lm.eot_id)
+    streams = [TextStream(lm.tokenizer, stop) for _ in texts]
+    window = max((len(s.encode()) for s in stop if s), default=0)
+    stop_fn = None
+    if window:
+        stop_fn = lambda new: any(s and s in lm.tokenizer.decode(new[-window:]) for s in stop)
+    was_running = [True] * len(texts)
+
+    def on_token(next_ids: Tensor, running: Tensor) -> None:
+        for row, token in enumerate(next_ids.tolist()):
+            if not was_running[row]:
+                continue
+            piece = streams[row].finish() if token == lm.eot_id else streams[row].feed(token)
+            if piece and on_text is not None:
+                on_text(row, piece)
+            was_running[row] = bool(running[row])
+
+    device_ = next(lm.model.parameters()).device
+    generator = torch.Generator(device=device_).manual_seed(seed)
+    generate(lm.model, ids, mask, max_new_tokens=max_new_tokens, sampling=sampling, eos_id=lm.eot_id, stop=stop_fn,
+             use_cache=use_cache, generator=generator, on_token=on_token)
+    for row, stream in enumerate(streams):
+        piece = stream.finish()
+        if piece and on_text is not None:
+            on_text(row, piece)
+    return [s.text for s in streams]
+
+
+__all__ = ["LMConfig", "LMTask", "LoadedLM", "TextStream", "build_lm", "generate_text", "held_out_perplexity",
+           "load_lm", "perplexity", "token_nll"]

@@ -1,0 +1,247 @@
+"""Text corpora for the ``lm`` task: find the files, pack the documents, keep the ids on disk.
+
+A corpus is a list of documents (one per file). Each is encoded and followed by an
+end-of-text id, and the packed stream is appended to a flat binary file of uint16 ids
+(uint32 when the vocabulary needs it) that is then opened as a ``numpy.memmap``: the
+process holds one document at a time while encoding and none while training, so memory
+does not grow with the corpus. Training and evaluation windows of ``context_len + 1`` ids
+are slices of that map.
+
+The default corpus (``data="stdlib"``) is the Python standard library's own source:
+real, varied text (code, docstrings, comments) present on every machine that runs
+tokformer, picked deterministically so the same Python version always gives the same
+corpus.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import shutil
+import sysconfig
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from tokformer.errors import DataError
+
+STDLIB = "stdlib"
+# Test suites are huge and repetitive; the rest are demos or vendored code, not "the stdlib".
+STDLIB_SKIP = {"test", "tests", "site-packages", "__pycache__", "idlelib", "lib2to3", "turtledemo", "ensurepip"}
+STDLIB_STRIDE = 3  # every third file of the sorted list: many modules, not just a-c
+CORPUS_FILE = "corpus.bin"
+META_FILE = "corpus.json"
+
+
+def stdlib_files(max_bytes: int) -> list[Path]:
+    """Every ``STDLIB_STRIDE``-th ``.py`` file of the running Python's stdlib, sorted, until
+    ``max_bytes`` are taken: deterministic for a given Python version."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(
+        p for p in root.rglob("*.py") if not STDLIB_SKIP & set(p.relative_to(root).parts) and p.is_file()
+    )
+    chosen, total = [], 0
+    for path in files[::STDLIB_STRIDE]:
+        if total >= max_bytes:
+            break
+        chosen.append(path)
+        total += path.stat().st_size
+    return chosen
+
+
+def resolve_sources(spec: str, stdlib_bytes: int) -> list[Path]:
+    """The files named by ``spec``: ``stdlib``, or comma-separated files, folders (all files
+    below, recursively) and glob patterns. Sorted within each item, duplicates dropped."""
+    if spec.strip() == STDLIB:
+        return stdlib_files(stdlib_bytes)
+    found: dict[Path, None] = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        path = Path(item).expanduser()
+        if path.is_dir():
+            matches = sorted(p for p in path.rglob("*") if p.is_file())
+        elif path.is_file():
+            matches = [path]
+        else:
+            matches = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
+            if not matches:
+                raise DataError(f"corpus source '{item}' is not a file, a folder or a glob matching any file")
+        found.update(dict.fromkeys(matches))
+    if not found:
+        raise DataError(f"the corpus '{spec}' names no files")
+    return list(found)
+
+
+def read_document(path: Path) -> str | None:
+    """The file's text, or None for binary or non-UTF-8 files and files of whitespace only."""
+    data = path.read_bytes()
+    if b"\x00" in data:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if text.strip() else None
+
+
+def iter_documents(paths: Iterable[Path]) -> Iterator[str]:
+    """Usable documents of ``paths``, one file read at a time."""
+    for path in paths:
+        text = read_document(path)
+        if text is not None:
+            yield text
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest unsigned type holding every id: halves the file for vocabularies <= 65536."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+@dataclass
+class CorpusMeta:
+    """What ``corpus.json`` records about ``corpus.bin``.
+
+    Attributes:
+        dtype: numpy dtype name of the ids.
+        tokens: ids in the file (end-of-text separators included).
+        documents: documents packed.
+        eval_start: first id of the held-out split (the split is at a document boundary
+            when the corpus has more than one document).
+        sources: the files read, in packing order.
+    """
+
+    dtype: str
+    tokens: int
+    documents: int
+    eval_start: int
+    sources: list[str]
+
+
+def pack_corpus(
+    documents: Iterable[str],
+    encode: Any,
+    eot_id: int,
+    vocab_size: int,
+    directory: Path,
+    val_fraction: float,
+    sources: list[str],
+) -> CorpusMeta:
+    """Encode each document, append it and an end-of-text id to ``directory/corpus.bin``.
+
+    ``encode`` maps text to ids. The held-out split is the tail ``val_fraction`` of the
+    ids, moved forward to the next document start so no document is split between the
+    two (unless the corpus is a single document).
+    """
+    dtype = token_dtype(vocab_size)
+    directory.mkdir(parents=True, exist_ok=True)
+    starts: list[int] = []
+    total = 0
+    with (directory / CORPUS_FILE).open("wb") as f:
+        for text in documents:
+            ids = np.asarray(encode(text), dtype=np.int64)
+            if not len(ids):
+                continue
+            starts.append(total)
+            np.append(ids, eot_id).astype(dtype).tofile(f)
+            total += len(ids) + 1
+    if total == 0:
+        raise DataError("the corpus holds no usable text (empty, whitespace-only or binary files)")
+    cut = int(total * (1.0 - val_fraction))
+    later = [s for s in starts if s >= cut]
+    eval_start = later[0] if later and later[0] < total - 1 else cut
+    meta = CorpusMeta(dtype=dtype.name, tokens=total, documents=len(starts), eval_start=eval_start, sources=sources)
+    (directory / META_FILE).write_text(json.dumps(asdict(meta), indent=1) + "\n", encoding="utf-8")
+    return meta
+
+
+class TokenCorpus:
+    """The packed ids of a corpus directory, memory-mapped read-only on first use.
+
+    The map is opened lazily and dropped when pickled, so DataLoader workers each map the
+    file themselves instead of receiving a copy of it; :meth:`move_to` relocates the files
+    (from a staging directory into the run directory) and re-points the map.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        try:
+            self.meta = CorpusMeta(**json.loads((self.directory / META_FILE).read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError) as err:
+            raise DataError(f"no readable packed corpus in {self.directory} ({err}); train the run again") from None
+        self._ids: np.ndarray | None = None
+
+    @property
+    def ids(self) -> np.ndarray:  # [tokens]
+        if self._ids is None:
+            self._ids = np.memmap(self.directory / CORPUS_FILE, dtype=self.meta.dtype, mode="r",
+                                  shape=(self.meta.tokens,))
+        return self._ids
+
+    def split(self, name: str) -> tuple[int, int]:
+        """``(start, stop)`` of the ``train`` or ``eval`` ids."""
+        return (0, self.meta.eval_start) if name == "train" else (self.meta.eval_start, self.meta.tokens)
+
+    def move_to(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in (CORPUS_FILE, META_FILE):
+            shutil.move(str(self.directory / name), str(directory / name))
+        self.directory, self._ids = directory, None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_ids": None}
+
+
+class WindowDataset(Dataset):
+    """Windows of ``context_len + 1`` ids from one split: inputs are the first
+    ``context_len``, targets the last ``context_len`` (the same ids shifted by one).
+
+    Window ``i`` starts at ``start + i * context_len``, so consecutive windows share one id
+    and every id of the split is a target exactly once (evaluation counts each token once;
+    training gets them in the engine's shuffled order).
+    """
+
+    def __init__(self, corpus: TokenCorpus, split: str, context_len: int) -> None:
+        self.corpus, self.context_len = corpus, context_len
+        self.start, stop = corpus.split(split)
+        self.length = max(0, (stop - self.start - 1) // context_len)
+        if self.length == 0:
+            raise DataError(
+                f"the {split} split has {stop - self.start} tokens, too few for one window of "
+                f"{context_len + 1}; use more text, a smaller context_len or another val_fraction"
+            )
+
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def target_range(self) -> tuple[int, int]:
+        """``(start, stop)`` of the corpus ids this dataset's windows predict."""
+        return self.start + 1, self.start + 1 + self.length * self.context_len
+
+    def __getitem__(self, i: int) -> Tensor:  # [context_len + 1] int64
+        lo = self.start + i * self.context_len
+        return torch.from_numpy(self.corpus.ids[lo : lo + self.context_len + 1].astype(np.int64))
+
+
+def unigram_perplexity(corpus: TokenCorpus, vocab_size: int, targets: tuple[int, int], chunk: int = 1 << 22) -> float:
+    """Perplexity on the ids ``targets`` (start, stop) of the add-one-smoothed unigram
+    model of the train split: the baseline a language model must beat by using context at
+    all. Counts are accumulated chunk by chunk, so memory stays O(vocab)."""
+    counts = np.ones(vocab_size, dtype=np.float64)
+    lo, hi = corpus.split("train")
+    for s in range(lo, hi, chunk):
+        counts += np.bincount(corpus.ids[s : min(s + chunk, hi)], minlength=vocab_size)
+    log_p = np.log(counts / counts.sum())
+    nll, n = 0.0, 0
+    lo, hi = targets
+    for s in range(lo, hi, chunk):
+        part = np.asarray(corpus.ids[s : min(s + chunk, hi)], dtype=np.int64)
+        nll -= float(log_p[part].sum())
+        n += len(part)
+    return math.exp(nll / max(n, 1))

@@ -1,0 +1,112 @@
+"""Corpus reading, packing with separators, the memory-mapped id file and the unigram baseline."""
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from tokformer.errors import DataError
+from tokformer.tasks import lm_data
+
+EOT = 0
+
+
+def encode(text: str) -> list[int]:  # a stand-in tokenizer: one id per character, ids >= 1
+    return [ord(c) for c in text]
+
+
+def pack(tmp_path, docs, val_fraction=0.25, vocab=1000):
+    return lm_data.pack_corpus(iter(docs), encode, EOT, vocab, tmp_path / "c", val_fraction, [])
+
+
+def test_documents_are_packed_with_end_of_text_separators(tmp_path):
+    meta = pack(tmp_path, ["ab", "", "cde", "fg"])  # the empty document is dropped
+    corpus = lm_data.TokenCorpus(tmp_path / "c")
+    assert corpus.ids.tolist() == [97, 98, 0, 99, 100, 101, 0, 102, 103, 0]
+    assert meta.documents == 3 and meta.tokens == 10
+    assert meta.eval_start == 7  # tail 25% starts inside "cde": moved to the next document start
+
+
+def test_single_document_is_split_inside_it(tmp_path):
+    meta = pack(tmp_path, ["abcdefghij"], val_fraction=0.2)
+    assert meta.eval_start == int(11 * 0.8)
+
+
+def test_ids_use_the_narrowest_dtype(tmp_path):
+    assert lm_data.token_dtype(65536) == np.uint16 and lm_data.token_dtype(65537) == np.uint32
+    pack(tmp_path, ["hi"], vocab=100_000)
+    assert lm_data.TokenCorpus(tmp_path / "c").ids.dtype == np.uint32
+    assert (tmp_path / "c" / lm_data.CORPUS_FILE).stat().st_size == 3 * 4
+
+
+def test_memmap_round_trips_moves_and_pickles_without_its_data(tmp_path):
+    docs = ["x" * 50, "hello world", "ünïcödé"]
+    pack(tmp_path, docs)
+    corpus = lm_data.TokenCorpus(tmp_path / "c")
+    expected = [i for d in docs for i in [*encode(d), EOT]]
+    assert isinstance(corpus.ids, np.memmap) and corpus.ids.tolist() == expected
+    corpus.move_to(tmp_path / "run" / "corpus")
+    assert not (tmp_path / "c" / lm_data.CORPUS_FILE).exists()
+    assert corpus.ids.tolist() == expected
+    clone = pickle.loads(pickle.dumps(corpus))
+    assert clone._ids is None and len(pickle.dumps(corpus)) < 1000
+    assert clone.ids.tolist() == expected
+
+
+def test_windows_are_inputs_and_targets_shifted_by_one(tmp_path):
+    pack(tmp_path, ["abcdefghijklmnopqrstuvwxyz"], val_fraction=0.3)
+    corpus = lm_data.TokenCorpus(tmp_path / "c")
+    train = lm_data.WindowDataset(corpus, "train", context_len=4)
+    ids = corpus.ids.tolist()
+    assert len(train) == (corpus.meta.eval_start - 1) // 4
+    assert train[0].tolist() == ids[0:5] and train[1].tolist() == ids[4:9]  # each id a target once
+    evals = lm_data.WindowDataset(corpus, "eval", context_len=4)
+    assert evals[0].tolist() == ids[corpus.meta.eval_start : corpus.meta.eval_start + 5]
+    with pytest.raises(DataError, match="too few"):
+        lm_data.WindowDataset(corpus, "eval", context_len=64)
+
+
+def test_unigram_perplexity_known_answer(tmp_path):
+    # train ids: a a b (eot) ; add-one counts over vocab {0, 97, 98} plus the rest at 1.
+    pack(tmp_path, ["aab", "ab"], val_fraction=0.4)
+    corpus = lm_data.TokenCorpus(tmp_path / "c")
+    assert corpus.meta.eval_start == 4
+    vocab = 100
+    counts = np.ones(vocab)
+    np.add.at(counts, [97, 97, 98, 0], 1)
+    p = counts / counts.sum()
+    targets = [98, 0]  # eval ids are a b eot; the first is never a target
+    expected = math.exp(-np.mean(np.log(p[targets])))
+    assert lm_data.unigram_perplexity(corpus, vocab, (5, 7)) == pytest.approx(expected)
+
+
+def test_sources_files_folders_globs(tmp_path):
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "b.txt").write_text("bee")
+    (tmp_path / "d" / "sub" / "a.txt").write_text("ay")
+    (tmp_path / "one.md").write_text("one")
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02")
+    found = lm_data.resolve_sources(f"{tmp_path / 'd'}, {tmp_path / '*.md'},{tmp_path / 'one.md'}", 0)
+    assert found == [tmp_path / "d" / "b.txt", tmp_path / "d" / "sub" / "a.txt", tmp_path / "one.md"]
+    docs = list(lm_data.iter_documents([tmp_path / "blob.bin", tmp_path / "one.md"]))
+    assert docs == ["one"]  # binary files are skipped
+    with pytest.raises(DataError, match="not a file"):
+        lm_data.resolve_sources(str(tmp_path / "missing*.txt"), 0)
+
+
+def test_empty_or_unusable_corpus_is_a_clear_error(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("  \n\t")
+    (tmp_path / "blob.bin").write_bytes(b"\x00\xff")
+    docs = lm_data.iter_documents(lm_data.resolve_sources(str(tmp_path), 0))
+    with pytest.raises(DataError, match="no usable text"):
+        pack(tmp_path, docs)
+
+
+def test_stdlib_corpus_is_deterministic_and_sized():
+    files = lm_data.stdlib_files(200_000)
+    assert files == sorted(files) and files  # a sorted walk: the same files on every call
+    total = sum(f.stat().st_size for f in files)
+    assert total >= 200_000 and total - files[-1].stat().st_size < 200_000
+    assert all(f.suffix == ".py" and "test" not in f.parts for f in files)
