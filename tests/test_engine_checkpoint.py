@@ -6,6 +6,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from tokformer.engine import checkpoint as ckpt
 from tokformer.engine.rng import rng_state, set_rng_state
@@ -76,3 +77,16 @@ def test_rng_states_survive_a_checkpoint(tmp_path):
     set_rng_state(ckpt.load_state(ckpt.step_dir(tmp_path, 1))["rng"])
     got = (random.random(), np.random.rand(), torch.rand(1))
     assert got[:2] == expected[:2] and torch.equal(got[2], expected[2])
+
+
+def test_shared_tensors_are_saved_once_and_restored_under_every_name(tmp_path):
+    embedding = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = embedding.weight  # tied, as in a language model
+    model = torch.nn.ModuleDict({"embedding": embedding, "head": head})
+    path = ckpt.save_checkpoint(tmp_path, 1, model.state_dict(), {"step": 1})
+    assert sorted(load_file(path / "model.safetensors")) == ["embedding.weight"]  # stored once
+    restored = torch.nn.ModuleDict({"embedding": torch.nn.Embedding(10, 4), "head": torch.nn.Linear(4, 10, bias=False)})
+    restored.load_state_dict(ckpt.load_model_state(path))  # strict: both names present
+    assert torch.equal(restored["head"].weight, embedding.weight)
+    assert torch.equal(restored["embedding"].weight, embedding.weight)

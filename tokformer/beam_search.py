@@ -21,7 +21,8 @@ from tokformer.seq2seq import Seq2Seq
 class DecodeConfig:
     """Decoding limits and beam settings.
 
-    The output may be at most ``max_len_a * source_length + max_len_b`` tokens long.
+    The output may be at most ``max_len_a * source_length + max_len_b`` tokens long, and
+    at most ``max_len`` if given (a model with learned positions has no position past it).
     ``length_penalty`` is alpha in score / length**alpha: 0 prefers short outputs (raw
     log-probability), 1 compares per-token averages.
     """
@@ -30,16 +31,20 @@ class DecodeConfig:
     length_penalty: float = 1.0
     max_len_a: float = 1.5
     max_len_b: int = 10
+    max_len: int | None = None
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
         if self.max_len_a < 0 or self.max_len_b < 0 or (self.max_len_a == 0 and self.max_len_b == 0):
             raise ValueError("max_len_a and max_len_b must be >= 0 and not both 0")
+        if self.max_len is not None and self.max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {self.max_len}")
 
     def max_lengths(self, src_mask: Tensor) -> list[int]:
         lengths = src_mask.sum(dim=1).tolist()
-        return [max(1, int(self.max_len_a * n + self.max_len_b)) for n in lengths]
+        cap = self.max_len if self.max_len is not None else float("inf")
+        return [int(min(cap, max(1, int(self.max_len_a * n + self.max_len_b)))) for n in lengths]
 
 
 def _step(model: Seq2Seq, last: Tensor, t: int, memory: Tensor, memory_mask: Tensor, caches, cross) -> Tensor:
@@ -87,9 +92,11 @@ def beam_search(model: Seq2Seq, src: TokenBatch, bos_id: int, eos_id: int, cfg: 
     """Keep the ``beam_size`` best partial outputs per sentence; return each sentence's best.
 
     A sentence is finished once it holds ``beam_size`` complete hypotheses (ended by
-    ``eos_id`` among the top ``beam_size`` candidates, or cut at the length limit); its
-    answer is the one with the best length-normalised score. With ``beam_size == 1`` this
-    is exactly greedy decoding.
+    ``eos_id`` among the top ``beam_size`` candidates, or cut at the length limit) and no
+    live beam scores better, length-normalised at its current length, than the best of
+    them (stopping at ``beam_size`` finished ones alone would drop a live, near-certain
+    hypothesis for worse ones that ended early); its answer is the one with the best
+    length-normalised score. With ``beam_size == 1`` this is exactly greedy decoding.
     """
     model.eval()
     k = cfg.beam_size
@@ -140,7 +147,9 @@ def beam_search(model: Seq2Seq, src: TokenBatch, bos_id: int, eos_id: int, cfg: 
                     tokens = history[b * k + int(new_beam[b, i])].tolist() + [int(new_token[b, i])]
                     finished[b].append((normalise(float(new_scores[b, i]), t + 1), tokens))
                 done[b] = True
-            done[b] = done[b] or len(finished[b]) >= k
+            elif len(finished[b]) >= k:  # stop once no live beam beats the best finished one
+                live = [normalise(float(new_scores[b, i]), t + 1) for i in range(alive)]
+                done[b] = max(live, default=float("-inf")) <= max(score for score, _ in finished[b])
         if all(done):
             break
         index = (torch.arange(batch, device=device)[:, None] * k + new_beam).view(-1)  # [B*K]

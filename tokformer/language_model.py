@@ -7,8 +7,6 @@ cross-attention because there is nothing to cross-attend to.
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
@@ -39,10 +37,6 @@ class CausalLM(nn.Module):
             if not isinstance(embedder.tokens, nn.Embedding) or embedder.tokens.weight.shape != self.head.weight.shape:
                 raise ValueError("tied embeddings need an id embedding table of shape [vocab_size, d_model]")
             self.head.weight = embedder.tokens.weight
-            # The shared matrix is saved once, as the embedding: safetensors refuses tensors
-            # that share memory, and loading refills the head from the embedding.
-            self.register_state_dict_post_hook(_drop_tied_head)
-            self.register_load_state_dict_pre_hook(_fill_tied_head)
 
     def forward(
         self, batch: TokenBatch, caches: list[KVCache] | None = None, key_mask: Tensor | None = None
@@ -62,11 +56,3 @@ class CausalLM(nn.Module):
     def make_caches(self) -> list[KVCache]:
         return make_caches(len(self.encoder.blocks))
 
-
-def _drop_tied_head(module: nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
-    state_dict.pop(prefix + "head.weight", None)
-
-
-def _fill_tied_head(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-    if prefix + "head.weight" not in state_dict and prefix + "embedder.tokens.weight" in state_dict:
-        state_dict[prefix + "head.weight"] = state_dict[prefix + "embedder.tokens.weight"]

@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from tokformer.errors import ConfigError
 
 CHECKPOINTS = "checkpoints"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
+ALIASES = "tokformer.aliases"  # model.safetensors metadata: JSON {alias: name} of shared tensors
 
 
 def split_tensors(obj: Any, prefix: str = "") -> tuple[Any, dict[str, torch.Tensor]]:
@@ -95,7 +97,12 @@ def save_checkpoint(run_dir: Path, step: int, model_state: dict[str, torch.Tenso
     final = step_dir(run_dir, step)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{final.name}-"))
     json_state, tensors = split_tensors(state)
-    save_file({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, tmp / "model.safetensors")
+    unique, aliases = dedupe_shared(model_state)
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in unique.items()},
+        tmp / "model.safetensors",
+        metadata={ALIASES: json.dumps(aliases)},
+    )
     save_file(tensors, tmp / "state.safetensors")
     (tmp / "state.json").write_text(json.dumps(json_state), encoding="utf-8")
     for name in ("model.safetensors", "state.safetensors", "state.json"):
@@ -132,8 +139,33 @@ def prune(run_dir: Path, keep_last: int, keep: set[int]) -> None:
             shutil.rmtree(step_dir(run_dir, step))
 
 
+def dedupe_shared(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Keep one name per shared tensor (tied embeddings, a shared embedder).
+
+    safetensors refuses tensors that share memory; each later name becomes an alias of the
+    first, stored in the file's metadata, and :func:`load_model_state` restores it.
+    Returns (unique tensors, alias -> name).
+    """
+    first: dict[tuple[int, tuple[int, ...], torch.dtype], str] = {}
+    unique, aliases = {}, {}
+    for name, tensor in state.items():
+        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype)
+        if tensor.numel() and key in first:
+            aliases[name] = first[key]
+        else:
+            first.setdefault(key, name)
+            unique[name] = tensor
+    return unique, aliases
+
+
 def load_model_state(path: Path) -> dict[str, torch.Tensor]:
-    return load_file(path / "model.safetensors")
+    """A model state dict, shared tensors restored under every name they had."""
+    file = path / "model.safetensors"
+    state = load_file(file)
+    with safe_open(file, framework="pt") as f:
+        aliases = json.loads((f.metadata() or {}).get(ALIASES, "{}"))
+    state.update({alias: state[name] for alias, name in aliases.items()})
+    return state
 
 
 def load_state(path: Path) -> dict[str, Any]:

@@ -1,0 +1,378 @@
+"""Task ``translate``: an encoder-decoder Transformer over BPE tokens, with beam search and BLEU.
+
+The encoder reads the source bidirectionally; the decoder reads the target shifted right
+(``<s> I love`` to predict ``I love you </s>``) with causal self-attention and cross-attends
+to the encoder output (:class:`~tokformer.seq2seq.Seq2Seq`). Training minimises
+label-smoothed cross-entropy over real target tokens; batches are bucketed by length.
+
+Without data it learns English number phrases -> German number words
+(:mod:`tokformer.tasks.numbers_de`), offline. Inference is one call::
+
+    from tokformer.tasks.translate import translate
+    translate("runs/translate-...", ["three hundred twenty-four"])  # ['dreihundertvierundzwanzig']
+
+See docs/translation.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import sacrebleu
+import torch.nn.functional as F
+from sacrebleu.metrics.bleu import BLEU
+from torch import nn
+
+from tokformer.batch import TokenBatch
+from tokformer.beam_search import DecodeConfig, beam_search, greedy_decode
+from tokformer.config import TransformerConfig
+from tokformer.engine import StepOutput, Task, load_run, register_task
+from tokformer.errors import ConfigError, DataError
+from tokformer.seq2seq import Seq2Seq
+from tokformer.tasks.numbers_de import number_pairs, split_numbers
+from tokformer.tasks.translate_data import (
+    IGNORE_INDEX,
+    Pair,
+    TranslationBatch,
+    TranslationDataset,
+    collate_pairs,
+    read_lines,
+    read_pairs,
+)
+from tokformer.tokenizers.base import pad_ids
+from tokformer.tokenizers.bpe import BPETokenizer
+from tokformer.tokenizers.registry import load_tokenizer
+
+PAD, BOS, EOS = "<pad>", "<s>", "</s>"
+SHARED_DIR, SRC_DIR, TGT_DIR = "tokenizer", "tokenizer_src", "tokenizer_tgt"
+
+
+@dataclass
+class TranslateConfig:
+    #: Engine settings that suit this task (flags and config files still win): the default
+    #: data is learned to high held-out exact match with these in a few CPU minutes.
+    train_defaults: ClassVar[dict[str, Any]] = {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 150,
+                                                "eval_every": 500}
+
+    data: str | None = field(default=None, metadata={
+        "help": "training pairs: a .tsv (source<TAB>target), a .jsonl ({src, tgt}), or the source-side text "
+                "file with data_tgt; none: English numbers -> German number words"})
+    data_tgt: str | None = field(default=None, metadata={"help": "target-side file aligned line by line with data"})
+    eval_data: str | None = field(default=None, metadata={"help": "held-out pairs (same formats as data)"})
+    eval_data_tgt: str | None = field(default=None, metadata={"help": "target-side file aligned with eval_data"})
+    eval_fraction: float = field(default=0.05, metadata={
+        "help": "share of data held out when no eval_data is given"})
+    train_size: int = field(default=60000, metadata={"help": "generated training pairs (default data only)"})
+    eval_size: int = field(default=1000, metadata={"help": "generated held-out pairs (default data only)"})
+    data_seed: int = field(default=1234, metadata={"help": "seed of data generation and held-out split"})
+    vocab_size: int = field(default=420, metadata={"help": "BPE vocabulary per side (256 bytes + merges + 3)"})
+    bpe_sample: int = field(default=10000, metadata={"help": "training pairs the BPE is learned from"})
+    shared_vocab: bool = field(default=True, metadata={"help": "one BPE for source and target"})
+    share_embeddings: bool = field(default=True, metadata={
+        "help": "one embedding table for encoder, decoder and output (needs shared_vocab)"})
+    max_len: int = field(default=64, metadata={"help": "longest sentence in tokens, per side"})
+    too_long: Literal["error", "skip"] = field(default="error", metadata={
+        "help": "a training pair longer than max_len: error (naming file:line) or skip"})
+    d_model: int = field(default=128, metadata={"help": "token width"})
+    n_heads: int = field(default=4, metadata={"help": "attention heads"})
+    encoder_layers: int = field(default=3, metadata={"help": "encoder blocks"})
+    decoder_layers: int = field(default=3, metadata={"help": "decoder blocks"})
+    d_ff: int | None = field(default=None, metadata={"help": "feed-forward width (default 4*d_model)"})
+    dropout: float = field(default=0.0, metadata={
+        "help": "dropout; 0 suits the default data (each pair is seen under twice), 0.1-0.3 small real corpora"})
+    label_smoothing: float = field(default=0.1, metadata={"help": "label smoothing of the cross-entropy"})
+    bucket_pool: int = field(default=50, metadata={
+        "help": "batches sorted by length together (length bucketing); 0: plain shuffle"})
+    beam_size: int = field(default=4, metadata={"help": "default beam size of translate (1: greedy)"})
+    length_penalty: float = field(default=1.0, metadata={"help": "default beam length penalty alpha"})
+    max_len_a: float = field(default=1.5, metadata={"help": "output limit: max_len_a * source tokens + max_len_b"})
+    max_len_b: int = field(default=10, metadata={"help": "output limit offset"})
+    bleu_tokenize: str | None = field(default=None, metadata={
+        "help": "sacrebleu tokenizer of BLEU (13a, intl, char, zh, ...); default 13a, but char for the "
+                "generated German numbers, which are single words"})
+
+    def __post_init__(self) -> None:
+        for name in ("train_size", "eval_size", "vocab_size", "bpe_sample", "max_len"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
+        if self.share_embeddings and not self.shared_vocab:
+            raise ValueError("share_embeddings needs shared_vocab (one table can only serve one vocabulary)")
+        if self.data_tgt is not None and self.data is None:
+            raise ValueError("data_tgt needs data (the source-side file)")
+        if self.eval_data_tgt is not None and self.eval_data is None:
+            raise ValueError("eval_data_tgt needs eval_data (the source-side file)")
+        if self.bleu_tokenize is not None and self.bleu_tokenize not in BLEU.TOKENIZERS:
+            raise ValueError(f"bleu_tokenize must be one of {sorted(BLEU.TOKENIZERS)}, got {self.bleu_tokenize!r}")
+        self.decode_config()
+        self.stack(self.encoder_layers)
+
+    def bleu_tokenizer(self) -> str:
+        return self.bleu_tokenize or ("char" if self.data is None else "13a")
+
+    def stack(self, layers: int) -> TransformerConfig:
+        return TransformerConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=layers, d_ff=self.d_ff,
+                                 dropout=self.dropout)
+
+    def decode_config(self, beam_size: int | None = None, length_penalty: float | None = None) -> DecodeConfig:
+        return DecodeConfig(beam_size=self.beam_size if beam_size is None else beam_size,
+                            length_penalty=self.length_penalty if length_penalty is None else length_penalty,
+                            max_len_a=self.max_len_a, max_len_b=self.max_len_b, max_len=self.max_len)
+
+
+def _train_bpe(texts: list[str], c: TranslateConfig) -> BPETokenizer:
+    # max_length + 1: the decoder input is <s> plus up to max_len tokens
+    return BPETokenizer.train(texts, c.vocab_size, special_tokens=[PAD, BOS, EOS], pad_token=PAD,
+                              max_length=c.max_len + 1)
+
+
+@register_task("translate")
+class TranslateTask(Task):
+    """Encoder-decoder translation; eval reports token accuracy and greedy exact match."""
+
+    Config = TranslateConfig
+    best_metric = "exact_match"
+    higher_is_better = True
+
+    def __init__(self, config: TranslateConfig) -> None:
+        super().__init__(config)
+        self.src_tok: BPETokenizer | None = None
+        self.tgt_tok: BPETokenizer | None = None
+        self._splits: tuple[list[Pair], list[Pair]] | None = None
+
+    # ----------------------------------------------------------------- data
+
+    def pairs(self) -> tuple[list[Pair], list[Pair]]:
+        """(training, held-out) sentence pairs, read or generated once."""
+        if self._splits is None:
+            self._splits = self._read_splits()
+        return self._splits
+
+    def _read_splits(self) -> tuple[list[Pair], list[Pair]]:
+        c = self.config
+        if c.data is None:
+            train, held_out = split_numbers(c.train_size, c.eval_size, c.data_seed)
+            as_pairs = lambda numbers, split: [Pair(s, t, f"{split} number {n}")
+                                               for n, (s, t) in zip(numbers, number_pairs(numbers), strict=True)]
+            return as_pairs(train, "generated"), as_pairs(held_out, "held-out")
+        pairs = read_pairs(c.data, c.data_tgt)
+        if c.eval_data is not None:
+            return pairs, read_pairs(c.eval_data, c.eval_data_tgt)
+        order = np.random.default_rng(c.data_seed).permutation(len(pairs))
+        n_eval = max(1, round(len(pairs) * c.eval_fraction))
+        if n_eval >= len(pairs):
+            raise DataError(f"{c.data} has {len(pairs)} pairs: too few to hold out {n_eval} for evaluation")
+        held = set(order[:n_eval].tolist())
+        return ([p for i, p in enumerate(pairs) if i not in held], [p for i, p in enumerate(pairs) if i in held])
+
+    def tokenizers(self) -> tuple[BPETokenizer, BPETokenizer]:
+        """(source, target) tokenizers: loaded by load_assets, else learned from training data."""
+        if self.src_tok is None or self.tgt_tok is None:
+            c = self.config
+            sample = self.pairs()[0][: c.bpe_sample]
+            if c.shared_vocab:
+                self.src_tok = self.tgt_tok = _train_bpe([t for p in sample for t in (p.src, p.tgt)], c)
+            else:
+                self.src_tok = _train_bpe([p.src for p in sample], c)
+                self.tgt_tok = _train_bpe([p.tgt for p in sample], c)
+        return self.src_tok, self.tgt_tok
+
+    def _dataset(self, pairs: list[Pair]) -> TranslationDataset:
+        """Encode pairs; a pair longer than max_len is an error naming its origin, or skipped."""
+        src_tok, tgt_tok = self.tokenizers()
+        src = src_tok.encode_batch([p.src for p in pairs], num_workers=1)
+        tgt = tgt_tok.encode_batch([p.tgt for p in pairs], num_workers=1)
+        limit, keep = self.config.max_len, []
+        for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
+            if max(len(s), len(t)) <= limit:
+                keep.append(i)
+            elif self.config.too_long == "error":
+                side, n = ("source", len(s)) if len(s) > limit else ("target", len(t))
+                raise DataError(f"{pairs[i].origin}: {side} has {n} tokens > max_len {limit}; "
+                                "raise max_len, or set too_long=skip to drop such pairs")
+        if not keep:
+            raise DataError(f"no sentence pair fits max_len {limit}")
+        return TranslationDataset([src[i] for i in keep], [tgt[i] for i in keep], self.config.bucket_pool)
+
+    def train_dataset(self) -> TranslationDataset:
+        return self._dataset(self.pairs()[0])
+
+    def eval_dataset(self) -> TranslationDataset:
+        return self._dataset(self.pairs()[1])
+
+    def collate(self, samples: list[tuple[list[int], list[int]]]) -> TranslationBatch:
+        tok = self.tokenizers()[1]
+        return collate_pairs(samples, tok.token_to_id(PAD), tok.token_to_id(BOS), tok.token_to_id(EOS))
+
+    # ----------------------------------------------------------------- model and loss
+
+    def build_model(self) -> Seq2Seq:
+        c = self.config
+        src_tok, tgt_tok = self.tokenizers()
+        tgt_embedder = tgt_tok.build_embedder(c.d_model, dropout=c.dropout)
+        src_embedder = tgt_embedder if c.share_embeddings else src_tok.build_embedder(c.d_model, dropout=c.dropout)
+        for embedder in {id(e): e for e in (src_embedder, tgt_embedder)}.values():
+            # GPT-2's init: nn.Embedding's N(0, 1) would drown the tokens in position noise
+            # and, tied to the output layer, start with huge logits
+            nn.init.normal_(embedder.tokens.weight, std=0.02)
+            nn.init.normal_(embedder.position.table.weight, std=0.01)
+        return Seq2Seq(src_embedder, tgt_embedder, c.stack(c.encoder_layers), c.stack(c.decoder_layers),
+                       tgt_tok.vocab_size, tie_output=c.share_embeddings)
+
+    def step(self, model: nn.Module, batch: TranslationBatch) -> StepOutput:
+        """Label-smoothed cross-entropy per real target token; in eval also greedy exact match."""
+        logits = model(batch.src, batch.tgt_in).float()  # [B, N, V]
+        labels = batch.labels  # [B, N]
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                               label_smoothing=self.config.label_smoothing)
+        real = labels != IGNORE_INDEX
+        correct = (logits.argmax(-1) == labels) & real
+        metrics = {"token_accuracy": (correct.sum(), real.sum())}
+        if not model.training:  # decoding is what translation is judged by, not teacher forcing
+            seq2seq = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
+            tok = self.tokenizers()[1]
+            hyps = greedy_decode(seq2seq, batch.src, tok.token_to_id(BOS), tok.token_to_id(EOS),
+                                 self.config.decode_config())
+            refs = [row[row != IGNORE_INDEX][:-1].tolist() for row in labels]  # drop </s>
+            matches = sum(h == r for h, r in zip(hyps, refs, strict=True))
+            metrics["exact_match"] = (float(matches), len(refs))
+        return StepOutput(loss=loss, metrics=metrics, count=int(real.sum()))
+
+    # ----------------------------------------------------------------- assets
+
+    def save_assets(self, run_dir: Path) -> None:
+        src_tok, tgt_tok = self.tokenizers()
+        if self.config.shared_vocab:
+            src_tok.save(run_dir / SHARED_DIR)
+        else:
+            src_tok.save(run_dir / SRC_DIR)
+            tgt_tok.save(run_dir / TGT_DIR)
+
+    def load_assets(self, run_dir: Path) -> None:
+        dirs = (SHARED_DIR, SHARED_DIR) if self.config.shared_vocab else (SRC_DIR, TGT_DIR)
+        loaded = []
+        for name in dirs:
+            tok = load_tokenizer(run_dir / name)
+            if not isinstance(tok, BPETokenizer):
+                raise DataError(f"{run_dir / name} is not a BPE tokenizer")
+            loaded.append(tok)
+        self.src_tok, self.tgt_tok = loaded
+
+
+class Translator:
+    """A trained translation model with its tokenizers: what :func:`translate` runs.
+
+    Build one with :meth:`load` to translate many batches without reloading the run.
+    """
+
+    def __init__(self, task: TranslateTask, model: Seq2Seq) -> None:
+        self.task, self.model = task, model.eval()
+        self.src_tok, self.tgt_tok = task.tokenizers()
+
+    @classmethod
+    def load(cls, run_dir: str | os.PathLike, checkpoint: str = "best", device: str = "cpu") -> Translator:
+        task, model = load_run(run_dir, checkpoint, device)
+        if not isinstance(task, TranslateTask):
+            raise ConfigError(f"{run_dir} is a '{type(task).__name__}' run, not a translate run")
+        return cls(task, model)
+
+    def translate(self, sentences: Sequence[str], *, beam_size: int | None = None,
+                  length_penalty: float | None = None, batch_size: int = 64,
+                  on_batch: Callable[[int], None] | None = None) -> list[str]:
+        """Translate ``sentences`` (same order out); ``on_batch(n)`` reports progress."""
+        cfg = self.task.config.decode_config(beam_size, length_penalty)
+        encoded = self.src_tok.encode_batch(list(sentences), num_workers=1)
+        for i, ids in enumerate(encoded):
+            if len(ids) > self.task.config.max_len:
+                raise DataError(f"sentence {i + 1} has {len(ids)} tokens, more than the model's "
+                                f"max_len {self.task.config.max_len}; split it")
+            if not ids:
+                raise DataError(f"sentence {i + 1} is empty")
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths batch together
+        bos, eos = self.tgt_tok.token_to_id(BOS), self.tgt_tok.token_to_id(EOS)
+        pad = self.src_tok.token_to_id(PAD)
+        decode = greedy_decode if cfg.beam_size == 1 else beam_search
+        device = next(self.model.parameters()).device
+        out: list[str] = [""] * len(encoded)
+        for lo in range(0, len(order), batch_size):
+            rows = order[lo : lo + batch_size]
+            src: TokenBatch = pad_ids([encoded[i] for i in rows], pad_id=pad).to(device)
+            for i, ids in zip(rows, decode(self.model, src, bos, eos, cfg), strict=True):
+                out[i] = self.tgt_tok.decode(ids, skip_special_tokens=True)
+            if on_batch is not None:
+                on_batch(len(rows))
+        return out
+
+
+def _translator(run_dir_or_model: str | os.PathLike | Translator, checkpoint: str, device: str) -> Translator:
+    if isinstance(run_dir_or_model, Translator):
+        return run_dir_or_model
+    return Translator.load(run_dir_or_model, checkpoint, device)
+
+
+def translate(run_dir_or_model: str | os.PathLike | Translator, sentences: Sequence[str], *,
+              beam_size: int | None = None, length_penalty: float | None = None, batch_size: int = 64,
+              checkpoint: str = "best", device: str = "cpu",
+              on_batch: Callable[[int], None] | None = None) -> list[str]:
+    """Translate sentences with a trained run; the Python form of ``tokformer translate``.
+
+    Args:
+        run_dir_or_model: a run directory of ``tokformer train translate`` or a loaded
+            :class:`Translator` (load once with ``Translator.load`` for repeated calls).
+        sentences: source sentences, one per item.
+        beam_size: 1 is greedy decoding; default: the run's ``beam_size`` (4).
+        length_penalty: alpha of score / length**alpha; default: the run's (1.0).
+        batch_size: sentences decoded together.
+        checkpoint / device: which weights to load (best, latest or a step), and where.
+        on_batch: called with the number of sentences of each finished batch (progress).
+
+    Returns:
+        One translation per sentence, in order. Output length is limited to
+        ``max_len_a * source tokens + max_len_b`` (run config) and to ``max_len``.
+    """
+    return _translator(run_dir_or_model, checkpoint, device).translate(
+        sentences, beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size, on_batch=on_batch)
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> dict[str, float]:
+    """Corpus BLEU (sacrebleu, with ``tokenize``), chrF (sacrebleu defaults) and exact
+    match, in percent. Word BLEU of one-word sentences is 0 even when they are right
+    (there are no 2- to 4-grams), so score compound words with ``tokenize="char"``."""
+    refs = list(references)
+    exact = sum(h == r for h, r in zip(hypotheses, refs, strict=True))
+    return {"bleu": sacrebleu.corpus_bleu(list(hypotheses), [refs], tokenize=tokenize).score,
+            "chrf": sacrebleu.corpus_chrf(list(hypotheses), [refs]).score,
+            "exact_match": 100.0 * exact / max(1, len(refs))}
+
+
+def evaluate(run_dir_or_model: str | os.PathLike | Translator, *, beam_size: int | None = None,
+             length_penalty: float | None = None, batch_size: int = 64, checkpoint: str = "best",
+             device: str = "cpu", on_batch: Callable[[int], None] | None = None) -> dict[str, float]:
+    """BLEU, chrF and exact match (percent) of a run on its task's held-out split, decoded
+    with beam search; the Python form of ``tokformer translate RUN_DIR --eval``. BLEU uses
+    the run's ``bleu_tokenize``."""
+    translator = _translator(run_dir_or_model, checkpoint, device)
+    held_out = translator.task.pairs()[1]
+    hyps = translator.translate([p.src for p in held_out], beam_size=beam_size, length_penalty=length_penalty,
+                                batch_size=batch_size, on_batch=on_batch)
+    return {**score(hyps, [p.tgt for p in held_out], translator.task.config.bleu_tokenizer()),
+            "sentences": float(len(held_out))}
+
+
+def read_sentences(path: str | os.PathLike) -> list[str]:
+    """One sentence per line of a UTF-8 file; an empty line is an error naming it
+    (an output file must stay aligned line by line with its input)."""
+    sentences = []
+    for i, line in enumerate(read_lines(Path(path)), start=1):
+        if not line.strip():
+            raise DataError(f"{path}:{i}: empty line; give one sentence per line")
+        sentences.append(line.strip())
+    return sentences

@@ -1,0 +1,78 @@
+"""`tokformer train translate` then `tokformer translate`, in process, and their one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tokformer.cli import main
+from tokformer.tasks.numbers_de import english, german
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+TINY = ["-o", "vocab_size=300", "-o", "d_model=32", "-o", "n_heads=2", "-o", "encoder_layers=1",
+        "-o", "decoder_layers=1", "--steps", "4", "--eval-every", "4", "--batch-size", "8", "--warmup-steps", "1",
+        "--device", "cpu", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("cli")
+    (root / "train.tsv").write_text("".join(f"{english(n)}\t{german(n)}\n" for n in range(1, 60)), encoding="utf-8")
+    (root / "eval.tsv").write_text("".join(f"{english(n)}\t{german(n)}\n" for n in (61, 62)), encoding="utf-8")
+    result = invoke("train", "translate", "-o", f"data={root / 'train.tsv'}", "-o", f"eval_data={root / 'eval.tsv'}",
+                    *TINY, "--run-dir", str(root / "run"))
+    assert result.exit_code == 0, result.output
+    assert "exact_match=" in result.output
+    return root / "run"
+
+
+def test_translate_a_sentence_a_file_and_the_held_out_split(run_dir: Path, tmp_path: Path) -> None:
+    result = invoke("translate", str(run_dir), "twenty-one", "--beam-size", "2", "--length-penalty", "0.6")
+    assert result.exit_code == 0, result.output
+    assert len(result.output.splitlines()) == 1
+    (tmp_path / "in.txt").write_text("one\ntwo hundred\nthirty-three\n", encoding="utf-8")
+    result = invoke("translate", str(run_dir), "--file", str(tmp_path / "in.txt"), "--out", str(tmp_path / "o.txt"),
+                    "-q")
+    assert result.exit_code == 0, result.output
+    assert len((tmp_path / "o.txt").read_text(encoding="utf-8").splitlines()) == 3
+    result = invoke("translate", str(run_dir), "--file", str(tmp_path / "in.txt"), "--beam-size", "1", "-q")
+    assert result.exit_code == 0 and len(result.output.splitlines()) == 3
+    result = invoke("translate", str(run_dir), "--eval", "-q")
+    assert result.exit_code == 0, result.output
+    assert {line.split(":")[0] for line in result.output.splitlines()} == {"bleu", "chrf", "exact_match", "sentences"}
+
+
+def test_bad_input_is_one_line_naming_file_and_line(run_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "holes.txt").write_text("one\n\ntwo\n", encoding="utf-8")
+    result = invoke("translate", str(run_dir), "--file", str(tmp_path / "holes.txt"))
+    assert result.exit_code == 2
+    assert result.output.strip().endswith("holes.txt:2: empty line; give one sentence per line")
+    assert "Traceback" not in result.output
+    result = invoke("translate", str(run_dir))
+    assert result.exit_code == 2 and "exactly one of SENTENCE, --file and --eval" in result.output
+    result = invoke("translate", str(run_dir), " ".join(["one"] * 80))
+    assert result.exit_code == 2 and "more than the model's max_len" in result.output
+    (tmp_path / "a.en").write_text("one\ntwo\n", encoding="utf-8")
+    (tmp_path / "a.de").write_text("eins\n", encoding="utf-8")
+    result = invoke("train", "translate", "-o", f"data={tmp_path / 'a.en'}", "-o", f"data_tgt={tmp_path / 'a.de'}",
+                    *TINY, "--run-dir", str(tmp_path / "bad"))
+    assert result.exit_code == 2
+    assert "misaligned parallel files" in result.output and "a.en has 2 lines" in result.output
+    (tmp_path / "x.tsv").write_text("one\teins\ntwo zwei\n", encoding="utf-8")
+    result = invoke("train", "translate", "-o", f"data={tmp_path / 'x.tsv'}", *TINY, "--run-dir", str(tmp_path / "b"))
+    assert result.exit_code == 2 and "x.tsv:2: expected 'source<TAB>target', found no tab" in result.output
