@@ -30,12 +30,12 @@ from pathlib import Path  # noqa: E402
 
 import networkx as nx  # noqa: E402
 import torch  # noqa: E402
-from tokformer.tokenizers.graph import GraphTokenizer  # noqa: E402
-from tokformer.tokenizers.laplacian import DENSE_MAX_NODES  # noqa: E402
 
 from tokformer.classifier import EncoderClassifier  # noqa: E402
 from tokformer.config import TransformerConfig  # noqa: E402
 from tokformer.heads import ClassificationHead  # noqa: E402
+from tokformer.tokenizers.graph import GraphTokenizer  # noqa: E402
+from tokformer.tokenizers.laplacian import DENSE_MAX_NODES  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "graph.md"
 

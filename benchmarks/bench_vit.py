@@ -25,6 +25,7 @@ from pathlib import Path
 import timm
 import torch
 from timm.models.vision_transformer import VisionTransformer
+
 from tokformer.tokenizers.timm_vit import from_timm
 
 RESULTS = Path(__file__).parent / "results" / "vit.md"

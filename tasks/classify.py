@@ -18,9 +18,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from tokformer.tasks import image_data
-from tokformer.tokenizers.image import ImagePatchTokenizer
-from tokformer.tokenizers.registry import load_tokenizer
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
@@ -30,6 +27,9 @@ from tokformer.config import TransformerConfig
 from tokformer.engine import StepOutput, Task, register_task
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead, label_smoothing_cross_entropy, topk_correct
+from tokformer.tasks import image_data
+from tokformer.tokenizers.image import ImagePatchTokenizer
+from tokformer.tokenizers.registry import load_tokenizer
 
 CLASSES_FILE = "classes.json"
 TOKENIZER_DIR = "tokenizer"

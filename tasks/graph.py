@@ -25,8 +25,6 @@ from typing import Literal
 import networkx as nx
 import torch
 import torch.nn.functional as F
-from tokformer.tasks.graph_data import LabeledGraphs, labeled_graphs, load_graphs, read_graph, stratified_folds
-from tokformer.tokenizers.graph import GraphEncoding, GraphTokenizer
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
@@ -36,6 +34,8 @@ from tokformer.config import TransformerConfig
 from tokformer.engine import StepOutput, Task, register_task
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead
+from tokformer.tasks.graph_data import LabeledGraphs, labeled_graphs, load_graphs, read_graph, stratified_folds
+from tokformer.tokenizers.graph import GraphEncoding, GraphTokenizer
 
 CLASSES_FILE = "classes.json"
 TOKENIZER_DIR = "tokenizer"

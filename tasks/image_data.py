@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
-from tokformer.tokenizers.image import open_image
 from torch import Tensor
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from tokformer.errors import DataError
+from tokformer.tokenizers.image import open_image
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tokformer.tokenizers import BPETokenizer, SurrogateError, TokenizerError, load_tokenizer
 from tokformer.tokenizers.bpe_merge import merge_long, merge_short
 

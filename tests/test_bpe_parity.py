@@ -9,6 +9,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+
 from tokformer.tokenizers import BPETokenizer
 from tokformer.tokenizers.byte_level import token_to_str
 from tokformer.tokenizers.pretokenize import PATTERNS

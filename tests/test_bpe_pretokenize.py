@@ -7,6 +7,7 @@ import pickle
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tokformer.tokenizers import BPETokenizer
 from tokformer.tokenizers.pretokenize import PATTERNS, PatternError, pretokenizer, resolve_pattern, safe_chunks
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 from PIL import Image
-from tokformer.tasks.classify import ClassifyConfig, ClassifyTask, predict
-from tokformer.tasks.image_data import make_shapes
 
 from tokformer.cli import main
 from tokformer.engine import train
 from tokformer.errors import DataError
+from tokformer.tasks.classify import ClassifyConfig, ClassifyTask, predict
+from tokformer.tasks.image_data import make_shapes
 
 TINY_MODEL = {"d_model": 16, "n_heads": 2, "n_layers": 1, "patch_size": 8, "image_size": 16}
 TINY_TRAIN = {"steps": 3, "batch_size": 8, "eval_every": 3, "warmup_steps": 1, "train.device": "cpu"}

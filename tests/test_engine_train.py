@@ -8,13 +8,13 @@ from dataclasses import dataclass
 import pytest
 import torch
 from safetensors.torch import load_file
-from tokformer.tasks.sort import SortConfig, SortTask
 from torch.utils.data import Dataset
 
 import tokformer
 from tokformer.engine import StepOutput, Task, evaluate, load_run, register_task, train
 from tokformer.engine.checkpoint import list_checkpoints, step_dir
 from tokformer.errors import ConfigError, TrainingError
+from tokformer.tasks.sort import SortConfig, SortTask
 
 
 @pytest.fixture(autouse=True)

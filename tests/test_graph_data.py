@@ -8,6 +8,8 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 import pytest
+
+from tokformer.errors import DataError
 from tokformer.tasks.graph_data import (
     CSL_SKIPS,
     csl_dataset,
@@ -17,8 +19,6 @@ from tokformer.tasks.graph_data import (
     read_graph,
     stratified_folds,
 )
-
-from tokformer.errors import DataError
 
 
 def test_csl_graphs_are_relabelled_circulants_of_their_class() -> None:

@@ -8,12 +8,12 @@ import networkx as nx
 import pytest
 import torch
 from click.testing import CliRunner
-from tokformer.tasks.graph import GraphConfig, GraphTask, register_graphs
-from tokformer.tasks.graph_data import cycles_dataset
 
 from tokformer.cli import main
 from tokformer.engine import load_run, resolve_config, train
 from tokformer.errors import ConfigError
+from tokformer.tasks.graph import GraphConfig, GraphTask, register_graphs
+from tokformer.tasks.graph_data import cycles_dataset
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "k": 4, "steps": 3, "batch_size": 4, "eval_every": 3,
         "log_every": 3, "warmup_steps": 0, "device": "cpu"}

@@ -6,15 +6,15 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
-from tokformer.tokenizers import load_tokenizer
-from tokformer.tokenizers.base import TokenizerError
-from tokformer.tokenizers.graph import GraphTokenizer
-from tokformer.tokenizers.laplacian import normalized_laplacian
 
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import TransformerConfig
 from tokformer.errors import DataError
 from tokformer.heads import ClassificationHead
+from tokformer.tokenizers import load_tokenizer
+from tokformer.tokenizers.base import TokenizerError
+from tokformer.tokenizers.graph import GraphTokenizer
+from tokformer.tokenizers.laplacian import normalized_laplacian
 
 
 def _distinct_graph(n: int = 10, seed: int = 1) -> nx.Graph:

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from tokformer.tokenizers import TokenizerError, load_tokenizer
-from tokformer.tokenizers.image import ImagePatchTokenizer, resample_grid_table
 
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import TransformerConfig
 from tokformer.errors import DataError
 from tokformer.heads import ClassificationHead
+from tokformer.tokenizers import TokenizerError, load_tokenizer
+from tokformer.tokenizers.image import ImagePatchTokenizer, resample_grid_table
 
 
 def raw(**kwargs) -> ImagePatchTokenizer:

@@ -8,6 +8,7 @@ import sys
 import networkx as nx
 import numpy as np
 import pytest
+
 from tokformer.tokenizers import laplacian
 from tokformer.tokenizers.laplacian import laplacian_spectrum, normalized_laplacian
 

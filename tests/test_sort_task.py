@@ -2,12 +2,12 @@
 
 import pytest
 import torch
-from tokformer.tasks.sort import SortConfig, SortTask, make_sequences
 
 from tokformer.batch import TokenBatch
 from tokformer.engine import get_task, train
 from tokformer.engine.config import build_dataclass
 from tokformer.errors import ConfigError
+from tokformer.tasks.sort import SortConfig, SortTask, make_sequences
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ from safetensors.torch import save_file
 
 timm_vit = pytest.importorskip("timm.models.vision_transformer")
 
+from tokformer.errors import ConfigError, DataError  # noqa: E402
 from tokformer.tokenizers.timm_vit import (  # noqa: E402
     build_vit,
     from_timm,
@@ -16,8 +17,6 @@ from tokformer.tokenizers.timm_vit import (  # noqa: E402
     to_timm,
     to_timm_state_dict,
 )
-
-from tokformer.errors import ConfigError, DataError  # noqa: E402
 
 SMALL = {"img_size": 32, "patch_size": 8, "embed_dim": 48, "depth": 2, "num_heads": 3, "num_classes": 7}
 CONFIGS = {

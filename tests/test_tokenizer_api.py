@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
+
 from tokformer.tokenizers import (
     BPETokenizer,
     Tokenizer,
@@ -21,7 +23,6 @@ from tokformer.tokenizers import (
     register_tokenizer,
     registry,
 )
-from torch import nn
 
 
 @pytest.fixture(autouse=True)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tokformer.tokenizers import load_tokenizer
 
 from tokformer.cli import main
+from tokformer.tokenizers import load_tokenizer
 
 TEXT = "the cat sat on the mat. Grüße, 세계! 🙂\n" * 40
 

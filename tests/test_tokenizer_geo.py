@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from tokformer.tokenizers import Tokenizer, TokenizerError, load_tokenizer, registry
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "example_geo_tokenizer.md"

@@ -26,17 +26,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import regex
+from torch import nn
+
+from tokformer.batch import TokenBatch
+from tokformer.embedding import Embedder
+from tokformer.positional import LearnedPositions
 from tokformer.tokenizers.base import Tokenizer, TokenizerError, pad_ids
 from tokformer.tokenizers.bpe_files import BPEFiles, read_hf_json, read_vocab_merges, write_hf_json, write_vocab_merges
 from tokformer.tokenizers.bpe_merge import Ranks, merge_piece
 from tokformer.tokenizers.bpe_train import train_bpe
 from tokformer.tokenizers.pretokenize import PATTERNS, is_named, pretokenizer, resolve_pattern, safe_chunks
 from tokformer.tokenizers.registry import register_tokenizer
-from torch import nn
-
-from tokformer.batch import TokenBatch
-from tokformer.embedding import Embedder
-from tokformer.positional import LearnedPositions
 
 HF_FILE = "tokenizer.json"
 CACHE_LIMIT = 500_000  # cached pre-tokens before the cache is cleared

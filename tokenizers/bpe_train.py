@@ -23,10 +23,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tqdm.auto import tqdm
+
 from tokformer.tokenizers.base import TokenizerError
 from tokformer.tokenizers.byte_level import alphabet_order, str_to_token
 from tokformer.tokenizers.pretokenize import pretokenizer, resolve_pattern
-from tqdm.auto import tqdm
 
 
 @dataclass

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from tokformer.tokenizers.base import TokenizerError
 from tokformer.tokenizers.bpe import BPETokenizer
 from tokformer.tokenizers.registry import load_tokenizer
-from tqdm.auto import tqdm
 
 PROGRESS_MIN_CHARS = 1 << 20  # show a progress bar only for inputs larger than this
 

@@ -29,15 +29,15 @@ from typing import Any, Literal
 import networkx as nx
 import numpy as np
 import torch
-from tokformer.tokenizers.base import Tokenizer, TokenizerError
-from tokformer.tokenizers.laplacian import laplacian_spectrum, undirected_edges
-from tokformer.tokenizers.registry import register_tokenizer
 from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
 from tokformer.embedding import Embedder
 from tokformer.errors import DataError
 from tokformer.positional import PositionFeatures
+from tokformer.tokenizers.base import Tokenizer, TokenizerError
+from tokformer.tokenizers.laplacian import laplacian_spectrum, undirected_edges
+from tokformer.tokenizers.registry import register_tokenizer
 
 NodeFeatures = Literal["degree", "constant", "attributes"]
 Attention = Literal["full", "bias", "mask"]

@@ -28,8 +28,6 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 from PIL import Image, UnidentifiedImageError
-from tokformer.tokenizers.base import Tokenizer, TokenizerError, pad_features
-from tokformer.tokenizers.registry import register_tokenizer
 from torch import Tensor, nn
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
@@ -37,6 +35,8 @@ from torchvision.transforms.v2 import functional as TF
 from tokformer.batch import TokenBatch
 from tokformer.errors import DataError
 from tokformer.positional import SinCos2DPositions
+from tokformer.tokenizers.base import Tokenizer, TokenizerError, pad_features
+from tokformer.tokenizers.registry import register_tokenizer
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

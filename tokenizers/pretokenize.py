@@ -13,6 +13,7 @@ from collections.abc import Callable
 from functools import cache
 
 import regex
+
 from tokformer.tokenizers.base import TokenizerError
 
 PATTERNS: dict[str, str] = {

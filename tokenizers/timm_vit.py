@@ -31,13 +31,13 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file
-from tokformer.tokenizers.image import ImagePatchTokenizer
 from torch import Tensor, nn
 
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import TransformerConfig
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead
+from tokformer.tokenizers.image import ImagePatchTokenizer
 
 _SAME_NAME_PARTS = ("norm1", "attn.qkv", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")
 _UNSUPPORTED = {
