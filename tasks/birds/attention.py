@@ -1,0 +1,74 @@
+"""Attention maps of the bird Transformer, and how much the top-right bird attends to the bottom-left one.
+
+tokformer's attention runs on fused SDPA, which never materialises the weights. They are
+recomputed here from what each block's ``attn.qkv`` layer outputs (captured with a
+forward hook): ``softmax(q k^T / sqrt(d_head))`` per head, exactly what SDPA computes
+inside (no mask: every image has the same number of tokens, no dropout in eval).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from einops import rearrange
+from torch import Tensor
+
+from tokformer.tasks.birds.data import BOTTOM_LEFT, TOP_RIGHT, BirdImages
+from tokformer.tasks.birds.models import BirdTransformer
+
+
+@torch.no_grad()
+def attention_maps(model: BirdTransformer, images: Tensor) -> list[Tensor]:
+    """One ``[B, heads, N, N]`` tensor of attention probabilities per layer (token 0 = class token)."""
+    blocks = model.net.encoder.blocks
+    captured: list[Tensor] = []
+    hooks = [b.attn.qkv.register_forward_hook(lambda _m, _i, out: captured.append(out)) for b in blocks]
+    was_training = model.training
+    model.eval()
+    try:
+        model(images)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.train(was_training)
+    maps = []
+    for qkv, block in zip(captured, blocks, strict=True):
+        q, k, _ = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=block.attn.n_heads)
+        maps.append(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1))  # [B, H, N, N]
+    return maps
+
+
+def bird_tokens(meta: BirdImages, index: int, slot: int, patch: int) -> np.ndarray:
+    """Token indices (class token = 0, so patches start at 1) of patches overlapping the core of a bird.
+
+    The core is the central half of the bird's box, so a patch that only grazes a wing tip
+    or the neighbouring clutter is not counted.
+    """
+    x0, y0, x1, y1 = meta.bird_boxes(index)[slot]
+    cx, cy, hw, hh = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 4, (y1 - y0) / 4
+    grid = meta.size // patch
+    rows = np.arange(int((cy - hh) // patch), int((cy + hh) // patch) + 1)
+    cols = np.arange(int((cx - hw) // patch), int((cx + hw) // patch) + 1)
+    rows, cols = rows[(rows >= 0) & (rows < grid)], cols[(cols >= 0) & (cols < grid)]
+    return 1 + (rows[:, None] * grid + cols[None, :]).ravel()
+
+
+def corner_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray, patch: int) -> np.ndarray:
+    """``[layers, heads, 2]``: attention mass from top-right-bird tokens to bottom-left-bird tokens,
+    and the mass a uniform attention would give them, averaged over images ``indices``.
+
+    ``maps[l][b]`` must belong to image ``indices[b]``.
+    """
+    n_layers, n_heads = len(maps), maps[0].shape[1]
+    out = np.zeros((n_layers, n_heads, 2))
+    n_tokens = maps[0].shape[-1]
+    for b, index in enumerate(indices):
+        queries = bird_tokens(meta, int(index), TOP_RIGHT, patch)
+        keys = bird_tokens(meta, int(index), BOTTOM_LEFT, patch)
+        for layer, probs in enumerate(maps):
+            mass = probs[b][:, queries][:, :, keys].sum(dim=-1).mean(dim=-1)  # [heads]
+            out[layer, :, 0] += mass.numpy()
+            out[layer, :, 1] += len(keys) / n_tokens
+    return out / len(indices)

@@ -1,0 +1,439 @@
+"""The report: a Markdown page with one table and four figures, written into one directory.
+
+Everything a reader needs to judge the claim is in ``report.md``: what the images are,
+what each model can see (its readout and receptive field), accuracy over seeds, the
+effective receptive fields, and where the Transformer's top-right bird looks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on CI machines
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.patches import Rectangle
+
+from tokformer.tasks.birds.attention import attention_maps, corner_attention
+from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, SPECIES, TOP_RIGHT, generate
+from tokformer.tasks.birds.models import BirdTransformer, LocalCNN, parse_spec
+from tokformer.tasks.birds.receptive_field import (
+    analytic_receptive_field,
+    centre_unit,
+    covers_both,
+    effective_receptive_field,
+)
+
+if TYPE_CHECKING:
+    from tokformer.tasks.birds.experiment import RunResult, Sweep
+
+FIGURES = ("samples.png", "accuracy_vs_depth.png", "receptive_fields.png", "attention.png")
+CHANCE = {"count": 0.25, "compare": 0.5}
+REFERENCE_COLOURS = ["tab:green", "tab:red", "tab:purple", "tab:brown"]
+
+
+@dataclass
+class ModelRow:
+    """One line of the results table (accuracies as mean and std over seeds)."""
+
+    model: str
+    label: str
+    family: str
+    depth: int
+    receptive_field: int | None  # pixels; None = the whole image
+    both_birds: float  # fraction of comparison test images where one output unit sees both birds' centres
+    parameters: int
+    count_mean: float
+    count_std: float
+    compare_mean: float
+    compare_std: float
+    seconds: float
+
+
+def summarise(results: list[RunResult], name: str, task: str) -> tuple[float, float, float]:
+    """(mean accuracy, std accuracy, mean training seconds) of ``name`` on ``task`` over seeds."""
+    runs = [r for r in results if r.model == name and r.task == task]
+    if not runs:
+        return math.nan, math.nan, math.nan
+    accs = np.array([r.accuracy for r in runs])
+    return float(accs.mean()), float(accs.std()), float(np.mean([r.train_seconds for r in runs]))
+
+
+def table_rows(sweep: Sweep) -> list[ModelRow]:
+    """Accuracy, receptive field and size of every model in the sweep."""
+    cfg = sweep.config
+    pairs = _corner_pairs(sweep)
+    rows = []
+    for name in cfg.models:
+        spec = parse_spec(name)
+        model = next(m for (n, _), m in sweep.models.items() if n == name)
+        if isinstance(model, LocalCNN):
+            rf = analytic_receptive_field(model, cfg.image_size)
+            size, both = rf.size, float(covers_both(rf, cfg.image_size, *pairs).mean())
+        else:
+            size, both = None, 1.0  # a global head / attention: every output sees every pixel
+        count = summarise(sweep.results, name, "count")
+        compare = summarise(sweep.results, name, "compare")
+        params = next(r.parameters for r in sweep.results if r.model == name)
+        seconds = np.nanmean([count[2], compare[2]])
+        rows.append(ModelRow(name, spec.label, spec.family, spec.depth, size, both, params,
+                             count[0], count[1], compare[0], compare[1], float(seconds)))
+    return rows
+
+
+def _corner_pairs(sweep: Sweep) -> tuple[np.ndarray, np.ndarray]:
+    """Centres ``[n, 2]`` of the top-right and bottom-left birds of comparison test images."""
+    cfg = sweep.config
+    meta = sweep.test_sets["compare"].meta if "compare" in sweep.test_sets else generate(
+        "compare", cfg.n_test, cfg.seeds[0], size=cfg.image_size, split="test", extra_birds=cfg.extra_birds)
+    order = np.argsort(meta.bird_image, kind="stable")
+    tr = meta.bird_xy[order][meta.bird_slot[order] == TOP_RIGHT]
+    bl = meta.bird_xy[order][meta.bird_slot[order] == BOTTOM_LEFT]
+    return tr, bl
+
+
+# -- figures ------------------------------------------------------------------------
+
+
+def _show(ax: plt.Axes, image: np.ndarray, title: str = "") -> None:
+    ax.imshow(image, interpolation="nearest")
+    ax.set_title(title, fontsize=8)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _box(ax: plt.Axes, x0: float, y0: float, x1: float, y1: float, colour: str, style: str = "-") -> None:
+    ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0 + 1, y1 - y0 + 1, fill=False, edgecolor=colour,
+                           linewidth=1.2, linestyle=style))
+
+
+def plot_samples(path: Path, image_size: int, seed: int, extra_birds: float) -> None:
+    """Six counting and six comparison images with their labels; the compared birds boxed."""
+    count = generate("count", 6, seed, size=image_size, split="sample")
+    compare = generate("compare", 6, seed, size=image_size, split="sample", extra_birds=extra_birds)
+    fig, axes = plt.subplots(2, 6, figsize=(12, 4.6))
+    for i in range(6):
+        _show(axes[0, i], count.images[i], f"count: {count.labels[i] + 1} bird(s)")
+        boxes = compare.bird_boxes(i)
+        species = {int(compare.bird_slot[m]): SPECIES[compare.bird_species[m]].name
+                   for m in np.flatnonzero(compare.bird_image == i)}
+        verdict = "same" if compare.labels[i] else "different"
+        _show(axes[1, i], compare.images[i], f"{verdict}: {species[TOP_RIGHT]} / {species[BOTTOM_LEFT]}")
+        for slot, colour in ((TOP_RIGHT, "yellow"), (BOTTOM_LEFT, "cyan")):
+            _box(axes[1, i], *boxes[slot], colour)
+    axes[0, 0].set_ylabel("task: how many birds?", fontsize=9)
+    axes[1, 0].set_ylabel("task: top-right (yellow) vs\nbottom-left (cyan) same species?", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_accuracy(path: Path, rows: list[ModelRow]) -> None:
+    """Accuracy vs conv depth for both CNN families, the global CNN and Transformer as reference lines."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for ax, task, title in ((axes[0], "count", "How many birds? (4 classes)"),
+                            (axes[1], "compare", "Top-right vs bottom-left: same species? (2 classes)")):
+        for family, marker, colour in (("local", "o", "tab:blue"), ("pool", "s", "tab:orange")):
+            fam = sorted((r for r in rows if r.family == family), key=lambda r: r.depth)
+            if not fam:
+                continue
+            mean = [getattr(r, f"{task}_mean") for r in fam]
+            std = [getattr(r, f"{task}_std") for r in fam]
+            label = {"local": "CNN, local readout, no pooling", "pool": "CNN, local readout, max-pool"}[family]
+            ax.errorbar([r.depth for r in fam], mean, yerr=std, marker=marker, color=colour, capsize=3, label=label)
+            if task == "compare":
+                for r in fam:
+                    ax.annotate(f"RF {r.receptive_field}", (r.depth, getattr(r, f"{task}_mean")), fontsize=6,
+                                textcoords="offset points", xytext=(3, -9), color=colour)
+        references = [r for r in rows if r.family in ("global", "transformer")]
+        for r, colour in zip(references, REFERENCE_COLOURS * len(references), strict=False):
+            value = getattr(r, f"{task}_mean")
+            ax.axhline(value, color=colour, linestyle="-.", linewidth=1.2, label=f"{r.label}: {value:.2f}")
+        ax.axhline(CHANCE[task], color="grey", linestyle=":", label=f"chance ({CHANCE[task]:.2f})")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("number of 3x3 conv layers")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_ylabel("held-out accuracy (mean ± std over seeds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _gradient_reaches(erf: np.ndarray, box: tuple[float, float, float, float]) -> bool:
+    """Whether the gradient map ``[H, W]`` is non-zero anywhere inside an (x0, y0, x1, y1) box."""
+    x0, y0, x1, y1 = (int(round(v)) for v in box)
+    h, w = erf.shape
+    return bool(erf[max(y0, 0) : min(y1 + 1, h), max(x0, 0) : min(x1 + 1, w)].max(initial=0.0) > 0)
+
+
+def plot_receptive_fields(path: Path, sweep: Sweep) -> None:
+    """For each local-readout CNN (trained on comparison), on one test image: the central output
+    unit's analytic receptive field (box) and effective receptive field (gradient heat map), and
+    whether that gradient reaches both compared birds."""
+    names = [n for n in sweep.config.models if parse_spec(n).family in ("local", "pool")]
+    test = sweep.test_sets["compare"]
+    index = 0
+    image = test.images[index : index + 1].float() / 255  # [1, 3, H, W]
+    boxes = test.meta.bird_boxes(index)
+    cols = min(4, max(1, len(names)))
+    rows = max(1, math.ceil(len(names) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(2.9 * cols, 3.4 * rows), squeeze=False)
+    size = sweep.config.image_size
+    for ax, name in zip(axes.flat, names, strict=False):  # spare axes are blanked below
+        model = sweep.models[(name, "compare")]
+        rf = analytic_receptive_field(model, size)
+        unit = centre_unit(model, size)
+        erf = effective_receptive_field(model, image, N_CLASSES["compare"], unit).numpy()  # [H, W]
+        _show(ax, test.meta.images[index])
+        ax.imshow(erf / (erf.max() + 1e-12), cmap="magma", alpha=0.6, interpolation="nearest")
+        r0, c0, r1, c1 = rf.box(*unit, size)
+        _box(ax, c0, r0, c1, r1, "white", "--")
+        for slot, colour in ((TOP_RIGHT, "yellow"), (BOTTOM_LEFT, "cyan")):
+            _box(ax, *boxes[slot], colour)
+        both = _gradient_reaches(erf, boxes[TOP_RIGHT]) and _gradient_reaches(erf, boxes[BOTTOM_LEFT])
+        ax.set_title(f"{name}: RF {rf.size}px\ngradient reaches both birds: {'yes' if both else 'no'}", fontsize=8)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.axis("off")
+    fig.suptitle("Central output unit: analytic receptive field (white dashed) and effective receptive field\n"
+                 "(|d score / d pixel|, heat); yellow / cyan: the two birds to compare", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def attention_summary(sweep: Sweep, n_images: int = 200) -> tuple[str, np.ndarray, list] | None:
+    """(model name, ``[layers, heads, 2]`` corner attention, per-layer maps of the first images), or None."""
+    names = [n for n in sweep.config.models if parse_spec(n).family == "transformer"]
+    if not names or ("compare" not in sweep.test_sets):
+        return None
+    name = names[-1]  # the deepest Transformer
+    model: BirdTransformer = sweep.models[(name, "compare")]
+    test = sweep.test_sets["compare"]
+    indices = np.arange(min(n_images, len(test.labels)))
+    maps = attention_maps(model, test.images[indices].float() / 255)
+    stats = corner_attention(maps, test.meta, indices, model.tokenizer.patch_size)
+    return name, stats, [m[:3] for m in maps]
+
+
+def plot_attention(path: Path, sweep: Sweep, summary: tuple[str, np.ndarray, list]) -> None:
+    """Where a top-right-bird token looks, per layer (head with the most top-right -> bottom-left
+    attention), and where the class token looks in the last layer, for three test images."""
+    name, stats, maps = summary
+    model: BirdTransformer = sweep.models[(name, "compare")]
+    test = sweep.test_sets["compare"]
+    patch, grid = model.tokenizer.patch_size, model.grid_size
+    n_layers = len(maps)
+    fig, axes = plt.subplots(3, n_layers + 2, figsize=(2.6 * (n_layers + 2), 8), squeeze=False)
+    up = lambda a: np.kron(a.reshape(grid), np.ones((patch, patch)))  # patch grid -> pixels
+    for row in range(3):
+        boxes = test.meta.bird_boxes(row)
+        x0, y0, x1, y1 = boxes[TOP_RIGHT]
+        query = 1 + int((y0 + y1) / 2 // patch) * grid[1] + int((x0 + x1) / 2 // patch)  # patch at the bird's centre
+        _show(axes[row, 0], test.meta.images[row], "same species" if test.labels[row] else "different species")
+        for slot, colour in ((TOP_RIGHT, "yellow"), (BOTTOM_LEFT, "cyan")):
+            _box(axes[row, 0], *boxes[slot], colour)
+        qr, qc = divmod(query - 1, grid[1])
+        for layer in range(n_layers):
+            head = int(stats[layer, :, 0].argmax())
+            att = maps[layer][row, head, query, 1:].numpy()  # attention over the patches
+            ax = axes[row, layer + 1]
+            _show(ax, test.meta.images[row], f"layer {layer + 1}, head {head + 1}:\nfrom the yellow patch")
+            ax.imshow(up(att / att.max()), cmap="magma", alpha=0.65)
+            _box(ax, qc * patch, qr * patch, (qc + 1) * patch - 1, (qr + 1) * patch - 1, "yellow")
+        cls = maps[-1][row, :, 0, 1:].mean(dim=0).numpy()  # class token, mean over heads
+        ax = axes[row, -1]
+        _show(ax, test.meta.images[row], "last layer: class token\n(mean over heads)")
+        ax.imshow(up(cls / cls.max()), cmap="magma", alpha=0.65)
+    fig.suptitle(f"{name} trained on the comparison task: attention from a top-right-bird patch", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- markdown -----------------------------------------------------------------------
+
+
+def _preset_note(command: str) -> str:
+    if "--quick" not in command:
+        return ""
+    return ("\n> This is the **quick** preset: one seed, fewer models and a short training budget, so the numbers "
+            "are noisy and the Transformer has had little time to learn the comparison. `tokformer birds` (no "
+            "`--quick`) runs the full sweep over 3 seeds; its report is in the repository under `docs/birds/`.\n")
+
+
+def _extra_text(cfg) -> str:
+    if cfg.extra_birds <= 0:
+        return " and nowhere else (so \"same species\" means both birds of the image match)"
+    return f", plus a distractor bird in each other quadrant with probability {cfg.extra_birds:g}"
+
+
+def _aux_text(cfg) -> str:
+    if cfg.species_aux <= 0:
+        return "Each model is trained on the task label alone."
+    return (f"Besides the task label, every model (all families, both tasks) also predicts which species "
+            f"appear in the image (multi-label, loss weight {cfg.species_aux:g}; the reported accuracy is "
+            "the task head's). That auxiliary target is a sum of local detections, so local-readout CNNs learn "
+            "it as well as anyone; it gives every model species features. Without it, a 1-bit same/different "
+            "signal taught no model anything within this budget (all at chance in our calibration runs, "
+            "Transformer and global-head CNN included): learning the species concept from same/different "
+            "alone is a sample-efficiency problem, separate from the receptive-field question asked here.")
+
+
+def _pm(mean: float, std: float) -> str:
+    return "—" if math.isnan(mean) else f"{mean:.3f} ± {std:.3f}"
+
+
+def results_table(rows: list[ModelRow]) -> str:
+    lines = [
+        "| model | layers | receptive field (px) | one unit sees both birds | parameters | counting acc | "
+        "comparison acc | train time / run (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        rf = "whole image" if r.receptive_field is None else str(r.receptive_field)
+        lines.append(f"| {r.label} | {r.depth} | {rf} | {100 * r.both_birds:.0f}% | {r.parameters:,} | "
+                     f"{_pm(r.count_mean, r.count_std)} | {_pm(r.compare_mean, r.compare_std)} | {r.seconds:.0f} |")
+    return "\n".join(lines)
+
+
+def findings(rows: list[ModelRow], attention: tuple[str, np.ndarray, list] | None) -> list[str]:
+    """Plain statements computed from the numbers, whatever they are."""
+    out = []
+    local = [r for r in rows if r.family in ("local", "pool")]
+    blind = [r for r in local if r.both_birds == 0]
+    seeing = [r for r in local if r.both_birds > 0]
+    if local:
+        counts = [r.count_mean for r in local]
+        out.append(f"Counting, local-readout CNNs: accuracy {min(counts):.2f}–{max(counts):.2f} (chance 0.25).")
+    if blind:
+        accs = [r.compare_mean for r in blind]
+        out.append(f"Comparison, local-readout CNNs in which no output unit can see both birds ({len(blind)} "
+                   f"models): accuracy {min(accs):.2f}–{max(accs):.2f} (chance 0.50).")
+    if seeing:
+        parts = ", ".join(f"{r.model} {r.compare_mean:.2f} (sees both in {100 * r.both_birds:.0f}%)" for r in seeing)
+        out.append(f"Comparison, local-readout CNNs whose receptive field can hold both birds: {parts}.")
+    for r in rows:
+        if r.family in ("global", "transformer"):
+            out.append(f"{r.label}: counting {r.count_mean:.2f}, comparison {r.compare_mean:.2f}.")
+    if attention is not None:
+        name, stats, _ = attention
+        for layer in range(stats.shape[0]):
+            head = int(stats[layer, :, 0].argmax())
+            mass, uniform = stats[layer, head]
+            out.append(f"{name}, layer {layer + 1}: in its most long-range head (head {head + 1}), tokens of the "
+                       f"top-right bird put {100 * mass:.1f}% of their attention on the bottom-left bird's tokens "
+                       f"(uniform attention would give {100 * uniform:.1f}%; all heads: "
+                       f"{', '.join(f'{100 * m:.1f}%' for m in stats[layer, :, 0])}).")
+    return out
+
+
+def write_report(sweep: Sweep, out_dir: str | Path, *, elapsed: float, command: str) -> Path:
+    """Write ``report.md``, ``results.json`` and the four figures into ``out_dir``; returns the Markdown path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = sweep.config
+    rows = table_rows(sweep)
+    attention = attention_summary(sweep)
+    plot_samples(out / "samples.png", cfg.image_size, cfg.seeds[0], cfg.extra_birds)
+    plot_accuracy(out / "accuracy_vs_depth.png", rows)
+    plot_receptive_fields(out / "receptive_fields.png", sweep)
+    if attention is not None:
+        plot_attention(out / "attention.png", sweep, attention)
+    (out / "results.json").write_text(json.dumps({
+        "config": asdict(cfg), "elapsed_seconds": elapsed,
+        "runs": [asdict(r) for r in sweep.results], "table": [asdict(r) for r in rows],
+    }, indent=2) + "\n")
+    seeds_done = sorted({r.seed for r in sweep.results})
+    markdown = _markdown(cfg, rows, attention, elapsed, command, seeds_done)
+    (out / "report.md").write_text(markdown)
+    return out / "report.md"
+
+
+def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str, seeds_done: list[int]) -> str:
+    seeds = ", ".join(str(s) for s in seeds_done)
+    if len(seeds_done) < len(cfg.seeds):
+        seeds += f" (**partial report: {len(seeds_done)} of {len(cfg.seeds)} seeds done so far**)"
+    bullets = "\n".join(f"- {line}" for line in findings(rows, attention))
+    attention_section = (
+        "![attention](attention.png)\n\nAttention weights are recomputed from each layer's `qkv` projection "
+        "(softmax(q kᵀ/√d) per head) on the comparison test set."
+        if attention is not None else "_No Transformer in this sweep._"
+    )
+    return f"""# Birds: counting vs comparing far-apart birds — CNNs vs a Transformer
+
+Reproduce: `{command}` ({elapsed / 60:.1f} minutes on this machine; torch threads: {torch.get_num_threads()}).
+{_preset_note(command)}
+## The question
+
+A convolutional network is built on locality: an output unit depends only on the pixels in its
+*receptive field* (RF). To relate two objects at opposite corners it needs enough layers for one
+unit's RF to cover both. Counting birds is a sum of local detections, so any CNN can do it; asking
+whether the **top-right** and **bottom-left** birds are the **same species** needs one unit that
+sees both. Attention lets every patch look at every other patch in a single layer.
+
+## The data
+
+Generated {cfg.image_size}x{cfg.image_size} images (no downloads): {len(SPECIES)} species
+({", ".join(s.name for s in SPECIES)}) that differ in body shape, beak and colour pattern; pose,
+scale and colours vary within a species; smooth random backgrounds with texture, 2-6 distractor
+shapes (half of them in bird colours) and pixel noise. Each quadrant holds at most one bird.
+
+- **count**: 1-4 birds, label = number of birds (balanced, chance 0.25).
+- **compare**: birds always top-right and bottom-left{_extra_text(cfg)}; label = same species?
+  (balanced, chance 0.50; each bird's species alone is uninformative).
+
+{cfg.n_train} training and {cfg.n_test} held-out test images per task and seed; the test set comes from
+an independent random stream. Every model gets the same budget: {cfg.steps} AdamW steps of
+{cfg.batch_size} images, lr {cfg.lr} (warmup + cosine), weight decay {cfg.weight_decay}; seeds {seeds}.
+
+![samples](samples.png)
+
+## The models
+
+- **CNN, local readout** (no pooling / max-pool): *N* 3x3 conv + ReLU layers (16 channels; with
+  max-pool, a 2x2 max-pool after each conv while the map is larger than 1x1), then a pointwise
+  readout (1x1 conv → ReLU → 1x1 conv) giving class scores **at every location**, and the image's
+  logits are the **mean of those per-location scores** (a sum divided by a constant). Each location's
+  score depends only on its RF, and the mean is additive, so the two birds can only interact inside
+  one receptive field. "One unit sees both birds" is the share of comparison test images in which
+  some output unit's analytic RF contains both birds' centres.
+- **CNN, global head**: 4 conv + max-pool layers (32 channels), then flatten + MLP: every logit sees
+  every pixel. A stronger, non-local baseline, reported separately.
+- **Transformer**: tokformer's image patch tokenizer (16x16 patches, 2-D sin/cos positions, class
+  token) → shared encoder (d_model 64, 4 heads) → classification head on the class token.
+
+**Training signal.** {_aux_text(cfg)}
+
+## Results
+
+{results_table(rows)}
+
+Accuracies: held-out test set, mean ± std over {len(seeds_done)} seed(s). Training time: mean
+wall-clock seconds per training run on this machine.
+
+{bullets}
+
+![accuracy vs depth](accuracy_vs_depth.png)
+
+## Receptive fields
+
+Analytic RF: from kernel sizes and strides (3x3 convs add 2·jump pixels, a 2x2 max-pool adds
+1·jump and doubles the jump). Effective RF (Luo et al. 2016): |∂ score / ∂ input| of the central
+output unit's score for the predicted class, averaged over 64 test images (trained comparison models,
+first seed). The gradient is exactly zero outside the analytic box (checked by the tests).
+
+![receptive fields](receptive_fields.png)
+
+## Attention
+
+{attention_section}
+"""
