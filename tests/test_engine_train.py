@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 import tokformer
 from tokformer.engine import StepOutput, Task, evaluate, load_run, register_task, train
 from tokformer.engine.checkpoint import list_checkpoints, step_dir
-from tokformer.errors import ConfigError, TrainingError
+from tokformer.errors import ConfigError, DataError, TrainingError
 from tokformer.tasks.sort import SortConfig, SortTask
 
 
@@ -69,6 +69,14 @@ def test_existing_run_dir_is_refused_unless_overwrite(tmp_path):
     with pytest.raises(ConfigError, match="already exists.*--resume.*--overwrite"):
         train("sort", quiet=True, steps=2, run_dir=str(run), **TINY)
     assert train("sort", quiet=True, overwrite=True, steps=3, run_dir=str(run), **TINY).step == 3
+
+
+def test_a_run_refused_for_bad_data_leaves_no_run_directory(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(DataError, match="fewer than one batch"):
+        train("sort", quiet=True, steps=2, run_dir=str(run), **{**TINY, "train_size": 4})
+    assert not run.exists()
+    assert train("sort", quiet=True, steps=2, run_dir=str(run), **TINY).step == 2  # no --overwrite needed
 
 
 def test_resume_after_losing_later_checkpoints_is_bitwise_exact(tmp_path):

@@ -21,7 +21,7 @@ from tokformer.engine.progress import LOGGER
 from tokformer.engine.registry import get_task
 from tokformer.engine.task import Task
 from tokformer.engine.trainer import RunResult, Trainer, evaluate_model
-from tokformer.errors import ConfigError, DataError
+from tokformer.errors import ConfigError, DataError, UsageError
 
 CONFIG_FILE = "config.json"
 log = logging.getLogger(LOGGER)
@@ -126,8 +126,15 @@ def train(
             ckpt.write_json_atomic(run_dir / CONFIG_FILE, cfg.to_dict())
         if d.is_main:
             log.info("run directory: %s", run_dir)
-        task = get_task(cfg.task)(cfg.task_config)
-        return Trainer(cfg, task, run_dir, d, resume=resume is not None, quiet=quiet).fit()
+        try:
+            task = get_task(cfg.task)(cfg.task_config)
+            return Trainer(cfg, task, run_dir, d, resume=resume is not None, quiet=quiet).fit()
+        except UsageError:
+            # A run refused for bad input (data, options) leaves no half-made run directory
+            # behind, so fixing the input and rerunning needs no --overwrite.
+            if resume is None and d.is_main and not ckpt.list_checkpoints(run_dir):
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
 
 
 def load_run(run_dir: str | os.PathLike, checkpoint: str = "best",
