@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -14,6 +16,16 @@ DEVICES = [
 @pytest.fixture(params=DEVICES)
 def device(request: pytest.FixtureRequest) -> torch.device:
     return torch.device(request.param)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread for the test: matches subprocesses run with OMP_NUM_THREADS=1, and
+    avoids oversubscribing a small or shared machine (several times faster there)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(autouse=True)

@@ -4,21 +4,12 @@ import dataclasses
 import json
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from tokformer.cli import main
 from tokformer.engine.config import TrainConfig
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The test machine is shared by many processes: one intra-op thread per process avoids
-    oversubscription (several times faster there) and matches the subprocesses' OMP_NUM_THREADS=1."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 TINY = ["-o", "seq_len=6", "-o", "train_size=128", "-o", "eval_size=32", "-o", "d_model=16", "-o", "n_heads=2",

@@ -17,15 +17,7 @@ from safetensors.torch import load_file
 from tokformer.engine import train
 from tokformer.engine.checkpoint import list_checkpoints, step_dir
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The test machine is shared by many processes: one intra-op thread per process avoids
-    oversubscription (several times faster there) and matches the subprocesses' OMP_NUM_THREADS=1."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 TASK = dict(seq_len=8, train_size=512, eval_size=32, d_model=32, n_heads=2, n_layers=1, dropout=0.1)

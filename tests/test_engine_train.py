@@ -16,15 +16,7 @@ from tokformer.engine.checkpoint import list_checkpoints, step_dir
 from tokformer.errors import ConfigError, DataError, TrainingError
 from tokformer.tasks.sort import SortConfig, SortTask
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The test machine is shared by many processes: one intra-op thread per process avoids
-    oversubscription (several times faster there) and matches the subprocesses' OMP_NUM_THREADS=1."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 TINY = dict(seq_len=6, train_size=256, eval_size=64, d_model=32, n_heads=2, n_layers=1, batch_size=16,

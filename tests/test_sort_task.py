@@ -9,14 +9,7 @@ from tokformer.engine.config import build_dataclass
 from tokformer.errors import ConfigError
 from tokformer.tasks.sort import SortConfig, SortTask, make_sequences
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: much faster on a shared, oversubscribed CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_registered_by_name():

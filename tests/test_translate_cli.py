@@ -5,19 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from tokformer.cli import main
 from tokformer.tasks.numbers_de import english, german
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def invoke(*args: str):
