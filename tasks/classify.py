@@ -25,6 +25,7 @@ from torchvision.transforms import v2
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import TransformerConfig
 from tokformer.engine import StepOutput, Task, register_task
+from tokformer.engine.config import help_text
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead, label_smoothing_cross_entropy, topk_correct
 from tokformer.tasks import image_data
@@ -35,32 +36,30 @@ CLASSES_FILE = "classes.json"
 TOKENIZER_DIR = "tokenizer"
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
 
 @dataclass
 class ClassifyConfig:
-    data: str = field(default="shapes", metadata=_help("shapes (built in), a class-folder dir, or cifar10, mnist, ..."))
-    data_root: str = field(default="data", metadata=_help("where torchvision datasets live or are downloaded to"))
-    download: bool = field(default=False, metadata=_help("download a torchvision dataset (needs network)"))
-    val_fraction: float = field(default=0.1, metadata=_help("held-out share of a folder without train/ and val/"))
-    train_size: int = field(default=8000, metadata=_help("built-in shapes: training images"))
-    eval_size: int = field(default=1000, metadata=_help("built-in shapes: evaluation images"))
-    data_seed: int = field(default=1234, metadata=_help("seed of the built-in data and of folder splits"))
-    image_size: int = field(default=32, metadata=_help("training image side in pixels"))
-    patch_size: int = field(default=8, metadata=_help("patch side in pixels"))
-    position: Literal["sincos", "learned"] = field(default="sincos", metadata=_help("2-D position code"))
-    pool: Literal["cls", "mean"] = field(default="cls", metadata=_help("class token or mean of patch tokens"))
-    d_model: int = field(default=64, metadata=_help("token width"))
-    n_heads: int = field(default=4, metadata=_help("attention heads"))
-    n_layers: int = field(default=4, metadata=_help("encoder blocks"))
-    dropout: float = field(default=0.0, metadata=_help("dropout in blocks and before the head"))
-    label_smoothing: float = field(default=0.1, metadata=_help("label smoothing of the cross-entropy"))
-    crop_scale: float = field(default=1.0, metadata=_help("random resized crop: smallest area kept (1 = no crop)"))
-    flip: bool = field(default=True, metadata=_help("random horizontal flips"))
-    mixup: float = field(default=0.0, metadata=_help("mixup alpha (0 = off)"))
-    cutmix: float = field(default=0.0, metadata=_help("cutmix alpha (0 = off)"))
+    data: str = field(default="shapes",
+        metadata=help_text("shapes (built in), a class-folder dir, or cifar10, mnist, ..."))
+    data_root: str = field(default="data", metadata=help_text("where torchvision datasets live or are downloaded to"))
+    download: bool = field(default=False, metadata=help_text("download a torchvision dataset (needs network)"))
+    val_fraction: float = field(default=0.1, metadata=help_text("held-out share of a folder without train/ and val/"))
+    train_size: int = field(default=8000, metadata=help_text("built-in shapes: training images"))
+    eval_size: int = field(default=1000, metadata=help_text("built-in shapes: evaluation images"))
+    data_seed: int = field(default=1234, metadata=help_text("seed of the built-in data and of folder splits"))
+    image_size: int = field(default=32, metadata=help_text("training image side in pixels"))
+    patch_size: int = field(default=8, metadata=help_text("patch side in pixels"))
+    position: Literal["sincos", "learned"] = field(default="sincos", metadata=help_text("2-D position code"))
+    pool: Literal["cls", "mean"] = field(default="cls", metadata=help_text("class token or mean of patch tokens"))
+    d_model: int = field(default=64, metadata=help_text("token width"))
+    n_heads: int = field(default=4, metadata=help_text("attention heads"))
+    n_layers: int = field(default=4, metadata=help_text("encoder blocks"))
+    dropout: float = field(default=0.0, metadata=help_text("dropout in blocks and before the head"))
+    label_smoothing: float = field(default=0.1, metadata=help_text("label smoothing of the cross-entropy"))
+    crop_scale: float = field(default=1.0, metadata=help_text("random resized crop: smallest area kept (1 = no crop)"))
+    flip: bool = field(default=True, metadata=help_text("random horizontal flips"))
+    mixup: float = field(default=0.0, metadata=help_text("mixup alpha (0 = off)"))
+    cutmix: float = field(default=0.0, metadata=help_text("cutmix alpha (0 = off)"))
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.label_smoothing < 1.0:

@@ -32,6 +32,7 @@ from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import TransformerConfig
 from tokformer.engine import StepOutput, Task, register_task
+from tokformer.engine.config import help_text
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead
 from tokformer.tasks.graph_data import LabeledGraphs, labeled_graphs, load_graphs, read_graph, stratified_folds
@@ -54,36 +55,34 @@ def register_graphs(name: str, graphs: Sequence[nx.Graph], labels: Sequence[int 
     _REGISTERED[name] = labeled_graphs(graphs, labels, classes)
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
 
 @dataclass
 class GraphConfig:
-    data: str = field(default="csl", metadata=_help(
+    data: str = field(default="csl", metadata=help_text(
         "csl, cycles, a directory DIR/<class>/<graph files>, a manifest .csv (path,label), or a register_graphs name"))
-    classes: list[str] | None = field(default=None, metadata=_help("class set in label order (default: from data)"))
-    per_class: int = field(default=15, metadata=_help("graphs per class of a built-in dataset"))
-    data_seed: int = field(default=0, metadata=_help("seed of the built-in generators and of the fold split"))
-    folds: int = field(default=5, metadata=_help("stratified folds the data is cut into"))
-    fold: int = field(default=0, metadata=_help("the fold held out for evaluation"))
-    k: int = field(default=20, metadata=_help("Laplacian eigenvectors per node"))
-    positions: Literal["laplacian", "none"] = field(default="laplacian", metadata=_help("node positions"))
-    eigenvalues: bool = field(default=True, metadata=_help(
+    classes: list[str] | None = field(default=None, metadata=help_text("class set in label order (default: from data)"))
+    per_class: int = field(default=15, metadata=help_text("graphs per class of a built-in dataset"))
+    data_seed: int = field(default=0, metadata=help_text("seed of the built-in generators and of the fold split"))
+    folds: int = field(default=5, metadata=help_text("stratified folds the data is cut into"))
+    fold: int = field(default=0, metadata=help_text("the fold held out for evaluation"))
+    k: int = field(default=20, metadata=help_text("Laplacian eigenvectors per node"))
+    positions: Literal["laplacian", "none"] = field(default="laplacian", metadata=help_text("node positions"))
+    eigenvalues: bool = field(default=True, metadata=help_text(
         "append the eigenvalues to the positions (CSL needs them: see docs/graphs.md)"))
-    sign_flip: bool = field(default=True, metadata=_help("random eigenvector sign flips while training"))
+    sign_flip: bool = field(default=True, metadata=help_text("random eigenvector sign flips while training"))
     node_features: Literal["degree", "constant", "attributes"] = field(
-        default="degree", metadata=_help("what a node token carries"))
-    node_attributes: list[str] = field(default_factory=list, metadata=_help("node attributes read as features"))
-    categorical: list[str] = field(default_factory=list, metadata=_help("attributes one-hot encoded even if numeric"))
+        default="degree", metadata=help_text("what a node token carries"))
+    node_attributes: list[str] = field(default_factory=list, metadata=help_text("node attributes read as features"))
+    categorical: list[str] = field(default_factory=list,
+        metadata=help_text("attributes one-hot encoded even if numeric"))
     attention: Literal["full", "bias", "mask"] = field(
-        default="full", metadata=_help("full; bias: edge_bias on edges; mask: neighbours only"))
-    edge_bias: float = field(default=1.0, metadata=_help("attention bias of an edge (attention=bias)"))
-    pool: Literal["cls", "mean"] = field(default="cls", metadata=_help("graph token (cls) or mean of nodes"))
-    d_model: int = field(default=64, metadata=_help("token width"))
-    n_heads: int = field(default=4, metadata=_help("attention heads"))
-    n_layers: int = field(default=3, metadata=_help("encoder blocks"))
-    dropout: float = field(default=0.0, metadata=_help("dropout"))
+        default="full", metadata=help_text("full; bias: edge_bias on edges; mask: neighbours only"))
+    edge_bias: float = field(default=1.0, metadata=help_text("attention bias of an edge (attention=bias)"))
+    pool: Literal["cls", "mean"] = field(default="cls", metadata=help_text("graph token (cls) or mean of nodes"))
+    d_model: int = field(default=64, metadata=help_text("token width"))
+    n_heads: int = field(default=4, metadata=help_text("attention heads"))
+    n_layers: int = field(default=3, metadata=help_text("encoder blocks"))
+    dropout: float = field(default=0.0, metadata=help_text("dropout"))
 
     def __post_init__(self) -> None:
         for name in ("per_class", "k"):

@@ -36,6 +36,7 @@ from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
 from tokformer.engine import StepOutput, Task, load_run, register_task
 from tokformer.engine.api import resolve_config, saved_config
+from tokformer.engine.config import help_text
 from tokformer.engine.progress import LOGGER
 from tokformer.errors import ConfigError, DataError, UsageError
 from tokformer.generation import generate, left_pad
@@ -51,26 +52,24 @@ CORPUS_DIR = "corpus"
 log = logging.getLogger(LOGGER)
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
 
 @dataclass
 class LMConfig:
-    data: str = field(default="stdlib", metadata=_help("stdlib (built in), or comma-separated files, folders, globs"))
-    stdlib_bytes: int = field(default=3_000_000, metadata=_help("size of the built-in stdlib corpus in bytes"))
-    tokenizer: str = field(default="", metadata=_help("saved BPE tokenizer dir to use (default: train one)"))
-    vocab_size: int = field(default=1024, metadata=_help("BPE vocabulary size when training the tokenizer"))
-    tokenizer_chars: int = field(default=2_000_000, metadata=_help("characters of the corpus the BPE trains on"))
-    val_fraction: float = field(default=0.05, metadata=_help("held-out share of the tokens (whole documents)"))
-    data_seed: int = field(default=1234, metadata=_help("seed of the document order"))
-    context_len: int = field(default=64, metadata=_help("tokens the model sees (training window, max length)"))
-    d_model: int = field(default=128, metadata=_help("token width"))
-    n_heads: int = field(default=4, metadata=_help("attention heads (must divide d_model)"))
-    n_layers: int = field(default=2, metadata=_help("decoder blocks"))
-    d_ff: int | None = field(default=None, metadata=_help("feed-forward width (default 4*d_model)"))
-    dropout: float = field(default=0.0, metadata=_help("dropout"))
-    tie_embeddings: bool = field(default=True, metadata=_help("share the input embedding with the output layer"))
+    data: str = field(default="stdlib",
+        metadata=help_text("stdlib (built in), or comma-separated files, folders, globs"))
+    stdlib_bytes: int = field(default=3_000_000, metadata=help_text("size of the built-in stdlib corpus in bytes"))
+    tokenizer: str = field(default="", metadata=help_text("saved BPE tokenizer dir to use (default: train one)"))
+    vocab_size: int = field(default=1024, metadata=help_text("BPE vocabulary size when training the tokenizer"))
+    tokenizer_chars: int = field(default=2_000_000, metadata=help_text("characters of the corpus the BPE trains on"))
+    val_fraction: float = field(default=0.05, metadata=help_text("held-out share of the tokens (whole documents)"))
+    data_seed: int = field(default=1234, metadata=help_text("seed of the document order"))
+    context_len: int = field(default=64, metadata=help_text("tokens the model sees (training window, max length)"))
+    d_model: int = field(default=128, metadata=help_text("token width"))
+    n_heads: int = field(default=4, metadata=help_text("attention heads (must divide d_model)"))
+    n_layers: int = field(default=2, metadata=help_text("decoder blocks"))
+    d_ff: int | None = field(default=None, metadata=help_text("feed-forward width (default 4*d_model)"))
+    dropout: float = field(default=0.0, metadata=help_text("dropout"))
+    tie_embeddings: bool = field(default=True, metadata=help_text("share the input embedding with the output layer"))
 
     def __post_init__(self) -> None:
         for name in ("stdlib_bytes", "vocab_size", "tokenizer_chars", "context_len"):

@@ -25,7 +25,8 @@ from tokformer.errors import ConfigError
 Precision = Literal["fp32", "bf16"]
 
 
-def _help(text: str) -> dict[str, str]:
+def help_text(text: str) -> dict[str, str]:
+    """Field metadata documenting a config option; `--help` and `tokformer tasks NAME` show it."""
     return {"help": text}
 
 
@@ -33,28 +34,28 @@ def _help(text: str) -> dict[str, str]:
 class TrainConfig:
     """Engine settings shared by every task. Field help texts become the CLI's ``--help``."""
 
-    steps: int = field(default=1000, metadata=_help("optimizer steps to train for"))
-    batch_size: int = field(default=32, metadata=_help("global samples per optimizer step (all processes)"))
-    grad_accum: int = field(default=1, metadata=_help("micro-batches accumulated per optimizer step"))
-    lr: float = field(default=1e-3, metadata=_help("peak learning rate"))
-    min_lr_ratio: float = field(default=0.1, metadata=_help("cosine decay floor, as a fraction of lr"))
-    warmup_steps: int = field(default=100, metadata=_help("linear warmup steps before cosine decay"))
-    weight_decay: float = field(default=0.1, metadata=_help("AdamW decay, on weight matrices only"))
-    beta1: float = field(default=0.9, metadata=_help("AdamW beta1"))
-    beta2: float = field(default=0.95, metadata=_help("AdamW beta2"))
-    grad_clip: float = field(default=1.0, metadata=_help("max global gradient norm; 0 disables clipping"))
-    precision: Precision = field(default="fp32", metadata=_help("fp32, or bf16 autocast (CPU and CUDA)"))
-    compile: bool = field(default=False, metadata=_help("torch.compile the model"))
-    device: str = field(default="auto", metadata=_help("auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps"))
-    seed: int = field(default=0, metadata=_help("seed for weights, data order and every RNG"))
+    steps: int = field(default=1000, metadata=help_text("optimizer steps to train for"))
+    batch_size: int = field(default=32, metadata=help_text("global samples per optimizer step (all processes)"))
+    grad_accum: int = field(default=1, metadata=help_text("micro-batches accumulated per optimizer step"))
+    lr: float = field(default=1e-3, metadata=help_text("peak learning rate"))
+    min_lr_ratio: float = field(default=0.1, metadata=help_text("cosine decay floor, as a fraction of lr"))
+    warmup_steps: int = field(default=100, metadata=help_text("linear warmup steps before cosine decay"))
+    weight_decay: float = field(default=0.1, metadata=help_text("AdamW decay, on weight matrices only"))
+    beta1: float = field(default=0.9, metadata=help_text("AdamW beta1"))
+    beta2: float = field(default=0.95, metadata=help_text("AdamW beta2"))
+    grad_clip: float = field(default=1.0, metadata=help_text("max global gradient norm; 0 disables clipping"))
+    precision: Precision = field(default="fp32", metadata=help_text("fp32, or bf16 autocast (CPU and CUDA)"))
+    compile: bool = field(default=False, metadata=help_text("torch.compile the model"))
+    device: str = field(default="auto", metadata=help_text("auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps"))
+    seed: int = field(default=0, metadata=help_text("seed for weights, data order and every RNG"))
     deterministic: bool = field(
-        default=False, metadata=_help("torch.use_deterministic_algorithms: bitwise-reproducible runs")
+        default=False, metadata=help_text("torch.use_deterministic_algorithms: bitwise-reproducible runs")
     )
-    log_every: int = field(default=10, metadata=_help("log training metrics every N steps"))
-    eval_every: int = field(default=100, metadata=_help("evaluate and save a checkpoint every N steps"))
-    keep_last: int = field(default=3, metadata=_help("checkpoints kept besides the best one"))
-    num_workers: int = field(default=0, metadata=_help("DataLoader worker processes"))
-    run_dir: str | None = field(default=None, metadata=_help("run directory; default runs/TASK-TIMESTAMP"))
+    log_every: int = field(default=10, metadata=help_text("log training metrics every N steps"))
+    eval_every: int = field(default=100, metadata=help_text("evaluate and save a checkpoint every N steps"))
+    keep_last: int = field(default=3, metadata=help_text("checkpoints kept besides the best one"))
+    num_workers: int = field(default=0, metadata=help_text("DataLoader worker processes"))
+    run_dir: str | None = field(default=None, metadata=help_text("run directory; default runs/TASK-TIMESTAMP"))
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "log_every", "eval_every", "keep_last"):
