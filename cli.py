@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import typing
 from collections.abc import Callable
@@ -18,9 +19,48 @@ from typing import Any
 import click
 
 from tokformer.engine.config import TrainConfig, field_default, load_config_file, parse_override
-from tokformer.errors import ConfigError, TokformerError
+from tokformer.errors import ConfigError, DataError, TokformerError
 
+# OSErrors whose fix is in the user's hands: a path that is missing, unreadable or of the wrong kind.
+USER_PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+POSITIVE = click.IntRange(min=1)
+
+
+class FiniteFloat(click.ParamType):
+    """A float that is not NaN or infinite (click's FLOAT accepts both)."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+FINITE = FiniteFloat()
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class OneLineUsageError(click.UsageError):
+    """A click usage error (unknown flag, missing argument...) shown as one line, exit code 2.
+
+    Click prints the usage synopsis and a hint above the message; across every command
+    we promise one line, so the hint moves to the end of it.
+    """
+
+    def show(self, file: Any = None) -> None:
+        message = " ".join(self.format_message().split())
+        if self.ctx is not None:
+            message += ("" if message.endswith((".", "?", ")")) else ".") + f" See '{self.ctx.command_path} --help'."
+        click.echo(f"Error: {message}", err=True)
+
+
+def _one_line(error: click.UsageError) -> OneLineUsageError:
+    return error if isinstance(error, OneLineUsageError) else OneLineUsageError(error.format_message(), error.ctx)
 
 
 class TokformerGroup(click.Group):
@@ -31,9 +71,18 @@ class TokformerGroup(click.Group):
 
     group_class = type  # subgroups are TokformerGroups too
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:  # a bad option of the group itself: `tokformer --bogus`
+            raise _one_line(e) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:  # a bad flag, argument or command name below this group
+            raise _one_line(e) from None
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as e:
@@ -41,8 +90,9 @@ class TokformerGroup(click.Group):
                 raise
             if isinstance(e, TokformerError):
                 message, code = str(e), e.exit_code
-            elif isinstance(e, OSError):
-                message, code = f"{e.strerror or e}: {e.filename}" if e.filename else str(e), 1
+            elif isinstance(e, OSError):  # a path the user named is wrong (2), or the system failed (1)
+                message = f"{e.strerror or e}: {e.filename}" if e.filename else str(e)
+                code = 2 if isinstance(e, USER_PATH_ERRORS) else 1
             else:
                 message, code = f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)", 1
             click.echo(f"Error: {' '.join(message.split())}", err=True)
@@ -144,7 +194,8 @@ def train(task: str | None, config_file: str | None, sets: tuple[str, ...], resu
 @click.argument("run_dir")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N or mps.")
-@click.option("--batch-size", type=int, default=None, help="Evaluation batch size [default: the run's batch_size].")
+@click.option("--batch-size", type=POSITIVE, default=None,
+              help="Evaluation batch size [default: the run's batch_size].")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def evaluate(run_dir: str, checkpoint: str, device: str, batch_size: int | None, as_json: bool, quiet: bool) -> None:
@@ -164,7 +215,7 @@ def evaluate(run_dir: str, checkpoint: str, device: str, batch_size: int | None,
 @main.command(context_settings=CONTEXT)
 @click.argument("run_dir")
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--top-k", type=int, default=5, show_default=True, help="How many classes to show per input.")
+@click.option("--top-k", type=POSITIVE, default=5, show_default=True, help="How many classes to show per input.")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
 def predict(run_dir: str, inputs: tuple[str, ...], top_k: int, checkpoint: str, device: str) -> None:
@@ -184,9 +235,9 @@ def predict(run_dir: str, inputs: tuple[str, ...], top_k: int, checkpoint: str, 
 @click.option("-p", "--prompt", "prompts", multiple=True, metavar="TEXT",
               help="Text to continue (repeatable: prompts run as one batch) [default: one empty prompt].")
 @click.option("-n", "--max-new-tokens", type=int, default=128, show_default=True, help="Most tokens per prompt.")
-@click.option("-t", "--temperature", type=float, default=0.8, show_default=True, help="0 = greedy decoding.")
+@click.option("-t", "--temperature", type=FINITE, default=0.8, show_default=True, help="0 = greedy decoding.")
 @click.option("--top-k", type=int, default=None, help="Sample among the K most likely tokens only.")
-@click.option("--top-p", type=float, default=None, help="Sample within the nucleus of probability mass P only.")
+@click.option("--top-p", type=FINITE, default=None, help="Sample within the nucleus of probability mass P only.")
 @click.option("--stop", "stops", multiple=True, metavar="TEXT", help="End a continuation at this text (repeatable).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
 @click.option("--no-cache", is_flag=True, help="Recompute the whole sequence per token (slow; for checking).")
@@ -206,18 +257,24 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
 
     texts = list(prompts) or [""]
     stream = len(texts) == 1
-    if stream:
-        click.echo(texts[0], nl=False)
+    shown: list[str] = []  # the streamed prompt, once the model has loaded (nothing is printed before an error)
+
+    def show(_row: int, piece: str) -> None:
+        if not shown:
+            shown.append(texts[0])
+            click.echo(texts[0], nl=False)
+        click.echo(piece, nl=False)
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         outputs = generate_text(run_dir, texts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                 top_p=top_p, stop=stops, seed=seed, use_cache=not no_cache, checkpoint=checkpoint,
                                 device=device,
-                                on_text=(lambda _row, piece: click.echo(piece, nl=False)) if stream else None)
+                                on_text=show if stream else None)
     for warning in caught:
         click.echo(f"Warning: {warning.message}", err=True)
     if stream:
-        click.echo()
+        click.echo("" if shown else texts[0])
         return
     for i, (prompt, output) in enumerate(zip(texts, outputs, strict=True)):
         click.echo(f"{chr(10) * bool(i)}--- prompt {i + 1} ---\n{prompt}{output}")
@@ -229,9 +286,10 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
 @click.option("--file", "in_file", metavar="FILE", help="Translate this UTF-8 file, one sentence per line.")
 @click.option("--out", "out_file", metavar="FILE", help="With --file: write translations here [default: stdout].")
 @click.option("--eval", "held_out", is_flag=True, help="Score BLEU, chrF and exact match on the held-out split.")
-@click.option("--beam-size", type=int, default=None, help="1 = greedy decoding [default: the run's, 4].")
-@click.option("--length-penalty", type=float, default=None, help="Beam length penalty alpha [default: the run's, 1.0].")
-@click.option("--batch-size", type=int, default=64, show_default=True, help="Sentences decoded together.")
+@click.option("--beam-size", type=POSITIVE, default=None, help="1 = greedy decoding [default: the run's, 4].")
+@click.option("--length-penalty", type=FINITE, default=None,
+              help="Beam length penalty alpha [default: the run's, 1.0].")
+@click.option("--batch-size", type=POSITIVE, default=64, show_default=True, help="Sentences decoded together.")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
@@ -257,7 +315,10 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
             for name, value in evaluate(model, on_batch=bar.update, **options).items():
                 click.echo(f"{name}: {value:.4g}")
             return
-        outputs = translate(model, sources, on_batch=bar.update, **options)
+        try:
+            outputs = translate(model, sources, on_batch=bar.update, **options)
+        except DataError as e:  # "sentence N" is line N of the file (empty lines are refused above)
+            raise DataError(f"{in_file}: {e}") from None
     text = "".join(line + "\n" for line in outputs)
     if out_file is None:
         click.echo(text, nl=False)
@@ -292,7 +353,7 @@ def tokenizer() -> None:
 
 @tokenizer.command("train", context_settings=CONTEXT)
 @click.option("--data", "data", multiple=True, required=True, metavar="FILE", help="UTF-8 text file (repeatable).")
-@click.option("--vocab-size", type=int, required=True, help="Vocabulary size, specials and 256 bytes included.")
+@click.option("--vocab-size", type=POSITIVE, required=True, help="Vocabulary size, specials and 256 bytes included.")
 @click.option("--out", required=True, metavar="DIR", help="Directory to save the tokenizer to.")
 @click.option("--pattern", default="gpt2", show_default=True, help="Pre-tokenization: gpt2, cl100k or a regex.")
 @click.option("--min-frequency", type=int, default=0, show_default=True, help="Stop below this pair count.")

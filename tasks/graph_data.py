@@ -128,7 +128,7 @@ def load_graph_directory(root: Path, classes: Sequence[str] | None = None) -> La
     """Graphs from ``root/<class>/<file>``; ``classes`` (if given) fixes the class order and set."""
     found = sorted(p.name for p in root.iterdir() if p.is_dir())
     if not found:
-        raise DataError(f"{root}: no class sub-directories; expected {root}/<class>/<graph file>")
+        raise DataError(f"{root}: a directory without class sub-directories; expected {root}/<class>/<graph file>")
     names = list(classes) if classes else found
     stray = sorted(set(found) - set(names))
     if stray:
@@ -182,7 +182,7 @@ def load_graphs(source: str, *, classes: Sequence[str] | None = None, per_class:
         if path.suffix.lower() != ".csv":
             raise DataError(f"{path}: a graph dataset file must be a .csv manifest (path,label)")
         return load_manifest(path, classes)
-    raise DataError(f"graph dataset {source!r} is neither a built-in ({', '.join(BUILTIN)}) nor an existing path")
+    raise DataError(f"graph dataset {source!r} is not an existing path nor a built-in ({', '.join(BUILTIN)})")
 
 
 def stratified_folds(labels: Sequence[int], n_folds: int, seed: int) -> list[int]:

@@ -123,9 +123,13 @@ class TranslateConfig:
                                  dropout=self.dropout)
 
     def decode_config(self, beam_size: int | None = None, length_penalty: float | None = None) -> DecodeConfig:
-        return DecodeConfig(beam_size=self.beam_size if beam_size is None else beam_size,
-                            length_penalty=self.length_penalty if length_penalty is None else length_penalty,
-                            max_len_a=self.max_len_a, max_len_b=self.max_len_b, max_len=self.max_len)
+        """Decoding settings: the run's, with the caller's beam size and length penalty where given."""
+        try:
+            return DecodeConfig(beam_size=self.beam_size if beam_size is None else beam_size,
+                                length_penalty=self.length_penalty if length_penalty is None else length_penalty,
+                                max_len_a=self.max_len_a, max_len_b=self.max_len_b, max_len=self.max_len)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
 
 def _train_bpe(texts: list[str], c: TranslateConfig) -> BPETokenizer:

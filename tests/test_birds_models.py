@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tokformer.tasks.birds import experiment
 from tokformer.tasks.birds.attention import attention_maps
+from tokformer.tasks.birds.experiment import BirdsConfig, make_split
 from tokformer.tasks.birds.models import BirdTransformer, LocalCNN, build_model, parse_spec
 
 
@@ -17,8 +19,30 @@ def test_models_map_images_to_logits(name: str) -> None:
 
 def test_parse_spec_rejects_unknown_names() -> None:
     assert parse_spec("pool-d5").depth == 5
-    with pytest.raises(ValueError, match="unknown model"):
-        parse_spec("resnet50")
+    assert (parse_spec("transformer-l2").budget, parse_spec("transformer-l2-x4").budget) == (1, 4)
+    assert parse_spec("transformer-l2-x4").label == "Transformer, 2 layers, 4x steps"
+    for bad in ("resnet50", "pool-d2-x4", "transformer-l2-x"):
+        with pytest.raises(ValueError, match="unknown model"):
+            parse_spec(bad)
+    with pytest.raises(ValueError, match="at least 1"):
+        parse_spec("transformer-l2-x0")
+
+
+def test_a_step_multiple_trains_that_many_times_the_steps(monkeypatch) -> None:
+    cfg = BirdsConfig(image_size=32, n_train=32, steps=3, batch_size=8)
+    train = make_split(cfg, "count", 0, "train")
+    build, calls = experiment.build_model, []
+
+    def counting_build(*args, **kwargs):
+        model = build(*args, **kwargs)
+        model.register_forward_hook(lambda *_: calls.append(1))
+        return model
+
+    monkeypatch.setattr(experiment, "build_model", counting_build)
+    for name, expected in (("transformer-l1", 3), ("transformer-l1-x2", 6)):
+        calls.clear()
+        experiment.train_model(name, "count", train, cfg, seed=0, device=torch.device("cpu"))
+        assert len(calls) == expected, name
 
 
 def test_local_readout_is_additive_over_far_apart_regions() -> None:

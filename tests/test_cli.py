@@ -83,6 +83,13 @@ BAD_INPUT = {
     "not a run dir": (lambda p: ["evaluate", str(p)], "not a run directory"),
     "resume not a run dir": (lambda p: ["train", "--resume", str(p)], "not a run directory"),
     "bad device": (lambda p: ["train", "sort", "--device", "toaster"], "not a device"),
+    "unknown flag": (lambda p: ["train", "sort", "--stepz", "3"], "No such option '--stepz'"),
+    "unknown command": (lambda p: ["trian"], "No such command 'trian'. Did you mean 'train'?"),
+    "missing argument": (lambda p: ["predict"], "Missing argument 'RUN_DIR'"),
+    "flag out of range": (lambda p: ["predict", str(p), "x.png", "--top-k", "0"], "0 is not in the range x>=1"),
+    "non-finite number": (lambda p: ["generate", str(p), "--temperature", "nan"], "'nan' is not a finite number"),
+    "resume and overwrite": (lambda p: ["train", "--resume", str(p), "--overwrite"], "give one of them"),
+    "conflicting translate inputs": (lambda p: ["translate", str(p), "hi", "--eval"], "exactly one of SENTENCE"),
 }
 
 

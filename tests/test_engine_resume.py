@@ -4,6 +4,7 @@ SIGINT saves a checkpoint and exits cleanly."""
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -65,16 +66,25 @@ def wait_until_step(proc: subprocess.Popen, run_dir: Path, step: int, timeout: f
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
-    steps = 100
+def test_ten_sigkills_at_random_steps_each_resumed_equal_an_uninterrupted_run(tmp_path):
+    """Kill the same run ten times at seeded random steps (sometimes before its first
+    checkpoint, sometimes mid-save), resuming after each kill: the final weights are
+    bitwise those of a run that was never interrupted."""
+    steps, kills = 300, 10
     reference = train("sort", quiet=True, steps=steps, run_dir=str(tmp_path / "ref"), **TASK, **ENGINE).run_dir
 
+    rng = random.Random(0)
     run = tmp_path / "killed"
-    proc = start(cli_args(steps, run), tmp_path / "killed.log")
-    reached = wait_until_step(proc, run, 23)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert reached < steps and max(list_checkpoints(run)) < steps, "the run must die before its end"
+    for i in range(kills):
+        # a few steps past everything logged so far, so the resumed process has really trained
+        target = last_logged_step(run) + rng.randint(3, 15)
+        args = cli_args(steps, run) if i == 0 else ["train", "--quiet", "--resume", str(run)]
+        proc = start(args, tmp_path / f"attempt-{i}.log")
+        wait_until_logged(proc, run, target)
+        time.sleep(rng.uniform(0, 0.05))  # land anywhere in a step, a checkpoint write included
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert not list_checkpoints(run) or max(list_checkpoints(run)) < steps, f"kill {i} came after the end"
 
     resumed = subprocess.run([sys.executable, "-m", "tokformer.cli", "train", "--quiet", "--resume", str(run)],
                              capture_output=True, text=True, timeout=300, env=ENV)
@@ -84,6 +94,17 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert final.keys() == expected.keys()
     for key in final:
         assert torch.equal(final[key], expected[key]), key
+
+
+def wait_until_logged(proc: subprocess.Popen, run_dir: Path, step: int, timeout: float = 180) -> None:
+    """Block until ``run_dir``'s metrics log reaches ``step`` (no checkpoint needed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if last_logged_step(run_dir) >= step:
+            return
+        assert proc.poll() is None, f"training exited early with {proc.returncode}"
+        time.sleep(0.005)
+    raise AssertionError(f"step {step} not reached in {timeout}s")
 
 
 @pytest.mark.slow

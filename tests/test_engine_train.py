@@ -87,6 +87,14 @@ def test_resume_after_losing_later_checkpoints_is_bitwise_exact(tmp_path):
     assert len(keys) == len(set(keys)), "steps redone after resume are logged once"
 
 
+def test_resume_refuses_to_change_the_task_and_leaves_the_run_as_it_was(tmp_path):
+    run = train("sort", quiet=True, steps=4, eval_every=4, run_dir=str(tmp_path / "r"), **TINY).run_dir
+    before = (run / "config.json").read_text()
+    with pytest.raises(ConfigError, match=r"cannot change d_model=64 \(the run has 32\)"):
+        train(resume=run, quiet=True, d_model=64)
+    assert (run / "config.json").read_text() == before
+
+
 def test_resume_can_extend_training(tmp_path):
     run = train("sort", quiet=True, steps=4, eval_every=4, run_dir=str(tmp_path / "r"), **TINY).run_dir
     assert train(resume=run, quiet=True, steps=6).step == 6

@@ -110,7 +110,7 @@ def test_files_that_are_not_graphs(tmp_path: Path) -> None:
     empty.write_text("")
     with pytest.raises(DataError, match="0 nodes"):
         read_graph(empty)
-    with pytest.raises(DataError, match="neither a built-in"):
+    with pytest.raises(DataError, match="not an existing path nor a built-in"):
         load_graphs(str(tmp_path / "missing"))
 
 

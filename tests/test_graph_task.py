@@ -65,7 +65,8 @@ def test_cli_train_and_predict_on_graph_files(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("option", "message"),
-    [("data=/no/such/dir", "neither a built-in"), ("fold=5", "fold must be in 0..4"), ("pool=max", "pool")],
+    [("data=/no/such/dir", "not an existing path nor a built-in"), ("fold=5", "fold must be in 0..4"),
+     ("pool=max", "pool")],
 )
 def test_cli_errors_are_one_line(option: str, message: str, tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["train", "graph", "-q", "-o", option, "-o", "steps=1",

@@ -70,7 +70,8 @@ def _bad_inputs(tmp_path: Path, corpus: Path, trained: Path) -> list[tuple[list[
     (broken / "tokenizer.json").write_text('{"model": {"vocab": ')
     train = ["tokenizer", "train", "--out", str(tmp_path / "o"), "--vocab-size"]
     return [
-        ([*train, "300", "--data", str(empty)], "corpus is empty"),
+        ([*train, "300", "--data", str(empty)], "holds only whitespace or nothing"),
+        (["tokenizer", "train", "--out", str(corpus), "--vocab-size", "300", "--data", str(corpus)], "File exists"),
         ([*train, "300", "--data", str(latin1)], "not UTF-8"),
         ([*train, "300", "--data", str(binary)], "looks binary"),
         ([*train, "300", "--data", str(tmp_path / "missing.txt")], "no such file"),

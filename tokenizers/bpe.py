@@ -221,7 +221,10 @@ class BPETokenizer(Tokenizer):
         workers = _resolve_workers(num_workers, len(text))
         if workers > 1 and self._can_cut(allowed_special):
             chunks = safe_chunks(text, max(len(text) // (workers * 4), 1))
-            return list(chain.from_iterable(self._encode_parallel(chunks, allowed_special, workers)))
+            try:
+                return list(chain.from_iterable(self._encode_parallel(chunks, allowed_special, workers)))
+            except SurrogateError:
+                raise _surrogate_error(text) from None  # a chunk's error counts from the chunk's start
         return self._encode_one(text, self._special_regex(allowed_special))
 
     def encode_batch(
@@ -245,7 +248,11 @@ class BPETokenizer(Tokenizer):
         chunks = safe_chunks(text, chunk_chars) if self._can_cut(allowed_special) else [text]
         special = self._special_regex(allowed_special)
         for chunk in chunks:
-            yield len(chunk), self._encode_one(chunk, special)
+            try:
+                ids = self._encode_one(chunk, special)
+            except SurrogateError:
+                raise _surrogate_error(text) from None  # a chunk's error counts from the chunk's start
+            yield len(chunk), ids
 
     def batch(
         self,
@@ -286,11 +293,14 @@ class BPETokenizer(Tokenizer):
             return self._encode_ordinary(text)
         ids: list[int] = []
         end = 0
-        for match in special.finditer(text):
-            ids += self._encode_ordinary(text[end : match.start()])
-            ids.append(self.special_tokens[match.group()])
-            end = match.end()
-        ids += self._encode_ordinary(text[end:])
+        try:
+            for match in special.finditer(text):
+                ids += self._encode_ordinary(text[end : match.start()])
+                ids.append(self.special_tokens[match.group()])
+                end = match.end()
+            ids += self._encode_ordinary(text[end:])
+        except SurrogateError:
+            raise _surrogate_error(text) from None  # the error of a slice counts from the slice's start
         return ids
 
     def _encode_ordinary(self, text: str) -> list[int]:
@@ -312,11 +322,7 @@ class BPETokenizer(Tokenizer):
         try:
             data = piece.encode("utf-8")
         except UnicodeEncodeError:
-            where = regex.search(r"[\ud800-\udfff]", text)
-            index = where.start() if where else -1
-            raise SurrogateError(
-                f"text has a lone surrogate U+{ord(text[index]):04X} at index {index}; it has no UTF-8 encoding"
-            ) from None
+            raise _surrogate_error(text) from None
         if self.ignore_merges and data in self.vocab:
             return [self.vocab[data]]
         byte_ids = self._byte_ids
@@ -389,6 +395,15 @@ class BPETokenizer(Tokenizer):
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
         """Text of ``ids``; invalid UTF-8 (possible only for hand-made id lists) becomes U+FFFD."""
         return self.decode_bytes(ids, skip_special_tokens=skip_special_tokens).decode("utf-8", errors="replace")
+
+
+def _surrogate_error(text: str) -> SurrogateError:
+    """The error for ``text``, naming its first lone surrogate and that one's index in ``text``."""
+    where = regex.search(r"[\ud800-\udfff]", text)
+    index = where.start() if where else -1
+    return SurrogateError(
+        f"text has a lone surrogate U+{ord(text[index]):04X} at index {index}; it has no UTF-8 encoding"
+    )
 
 
 def _resolve_workers(num_workers: int | None, total_chars: int) -> int:

@@ -29,6 +29,8 @@ def read_text_file(path: str | Path) -> str:
         raise TokenizerError(f"no such file: {file}") from None
     except IsADirectoryError:
         raise TokenizerError(f"{file} is a directory, not a text file") from None
+    except PermissionError:
+        raise TokenizerError(f"cannot read {file}: permission denied") from None
     nul = data.find(b"\0")
     if nul >= 0:
         raise TokenizerError(f"{file} looks binary (NUL byte at offset {nul})")
@@ -52,6 +54,8 @@ def train_tokenizer(
     if not data:
         raise TokenizerError("no training data: pass at least one file")
     texts = [read_text_file(path) for path in data]
+    if not any(text.strip() for text in texts):
+        raise TokenizerError(f"no text to train on: {', '.join(map(str, data))} holds only whitespace or nothing")
     tokenizer = BPETokenizer.train(
         texts,
         vocab_size,

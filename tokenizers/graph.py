@@ -42,6 +42,7 @@ from tokformer.tokenizers.registry import register_tokenizer
 NodeFeatures = Literal["degree", "constant", "attributes"]
 Attention = Literal["full", "bias", "mask"]
 Solver = Literal["auto", "dense", "sparse"]
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -352,7 +353,7 @@ def _attribute(data: dict[str, Any], name: str, node: Any, graph_index: int | No
 def _kind(value: Any, name: str, node: Any) -> str:
     if isinstance(value, str):
         return "string"
-    if isinstance(value, (Real, np.number)):
+    if isinstance(value, (Real, np.number)) and not isinstance(value, np.complexfloating):
         return "number"
     raise DataError(f"node {node!r}: attribute {name!r} is a {type(value).__name__}; use a number or a string")
 
@@ -363,7 +364,10 @@ def _number(value: Any, name: str, node: Any) -> float:
             f"node {node!r}: attribute {name!r} is {value!r}, expected a number;"
             " call fit(graphs) to learn categorical attributes, or list it in categories"
         )
-    number = float(value)
-    if not math.isfinite(number):
-        raise DataError(f"node {node!r}: attribute {name!r} is {value!r}, not a finite number")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float range
+        number = math.inf
+    if not math.isfinite(number) or abs(number) > FLOAT32_MAX:  # features are float32: no inf from a finite value
+        raise DataError(f"node {node!r}: attribute {name!r} is {value!r}, not a finite float32 number")
     return number

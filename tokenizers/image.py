@@ -38,6 +38,16 @@ from tokformer.positional import SinCos2DPositions
 from tokformer.tokenizers.base import Tokenizer, TokenizerError, pad_features
 from tokformer.tokenizers.registry import register_tokenizer
 
+# What PIL raises for a file it cannot identify or decode (DecompressionBombError: a header
+# claiming a huge size; NotImplementedError: e.g. an unknown DDS pixel format).
+DECODE_ERRORS = (
+    UnidentifiedImageError,
+    OSError,
+    SyntaxError,
+    ValueError,
+    NotImplementedError,
+    Image.DecompressionBombError,
+)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 SizePolicy = Literal["pad", "resize", "error"]
@@ -288,10 +298,14 @@ class ImagePatchTokenizer(Tokenizer):
         if isinstance(sample, (str, Path)):
             sample = open_image(sample)
         if isinstance(sample, Image.Image):
-            mode = "RGB" if self.channels == 3 else "L"
-            if sample.mode == "P":  # palette: expand through RGBA so transparency is resolved first
-                sample = sample.convert("RGBA")
-            return TF.to_dtype(TF.to_image(sample.convert(mode)), torch.float32, scale=True)
+            mode, original = ("RGB" if self.channels == 3 else "L"), sample.mode
+            try:
+                if sample.mode == "P":  # palette: expand through RGBA so transparency is resolved first
+                    sample = sample.convert("RGBA")
+                sample = sample.convert(mode)  # loads a lazily opened image: decoding errors surface here
+            except DECODE_ERRORS as err:  # e.g. modes PIL cannot convert ("La", "LAB" to L)
+                raise DataError(f"cannot convert a PIL image of mode {original!r} to {mode}: {err}") from None
+            return TF.to_dtype(TF.to_image(sample), torch.float32, scale=True)
         if not isinstance(sample, Tensor):
             raise DataError(f"image tokenizer takes PIL images, tensors or paths, got {type(sample).__name__}")
         image = sample if sample.dim() == 3 else sample.unsqueeze(0) if sample.dim() == 2 else None
@@ -315,6 +329,9 @@ class ImagePatchTokenizer(Tokenizer):
 
     def preprocess(self, image: Tensor) -> Tensor:
         """``[..., C, H, W]`` in [0, 1] -> resized, normalised, patch-aligned ``[..., C, H', W']``."""
+        h, w = image.shape[-2:]
+        if h == 0 or w == 0:
+            raise DataError(f"image of {h}x{w} pixels has no pixels")
         mode = InterpolationMode(self.interpolation)
         if self.resize and tuple(image.shape[-2:]) != self.image_size:
             image = TF.resize(image, list(self.image_size), interpolation=mode, antialias=True)
@@ -343,8 +360,12 @@ class ImagePatchTokenizer(Tokenizer):
         A ``[B, C, H, W]`` tensor is processed in one go (the fast path).
         """
         if isinstance(samples, Tensor) and samples.dim() == 4:
+            if samples.shape[0] == 0:
+                raise DataError("cannot tokenize an empty batch of images")
             images = self.preprocess(self._match_channels_batch(samples))
             return self._tokens_same_size(images)
+        if isinstance(samples, Tensor) and samples.dim() == 0:
+            raise DataError("a batch of images is a sequence or a [B, C, H, W] tensor, got a 0-d tensor")
         if len(samples) == 0:
             raise DataError("cannot tokenize an empty batch of images")
         images = [self.preprocess(self.to_tensor(s)) for s in samples]
@@ -386,6 +407,12 @@ def open_image(path: str | Path) -> Image.Image:
             return image
     except FileNotFoundError:
         raise DataError(f"image file not found: {path}") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+    except IsADirectoryError:
+        raise DataError(f"{path} is a directory, not an image file") from None
+    except PermissionError:
+        raise DataError(f"cannot read image {path}: permission denied") from None
+    except DECODE_ERRORS as err:
+        if Path(path).stat().st_size == 0:
+            raise DataError(f"image file {path} is empty") from None
         raise DataError(f"cannot read image {path}: {err}") from None
 

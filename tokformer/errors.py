@@ -31,3 +31,7 @@ class DataError(UsageError):
 
 class TrainingError(TokformerError):
     """Training started but could not continue (e.g. the loss became NaN)."""
+
+
+class CheckpointError(TokformerError):
+    """A checkpoint cannot be read (truncated, corrupt), does not fit the model, or cannot be written."""

@@ -13,8 +13,9 @@ Every model maps ``[B, 3, H, W]`` images in [0, 1] to ``[B, n_classes]`` logits.
 * :class:`BirdTransformer` -- tokformer's image patch tokenizer + shared encoder +
   classification head (a small ViT): every token can attend to every other from layer 1.
 
-Models are named by spec strings (``local-d4``, ``pool-d3``, ``global``, ``transformer-l2``)
-so an experiment grid is a list of names; :func:`build_model` turns one into a module.
+Models are named by spec strings (``local-d4``, ``pool-d3``, ``global``, ``transformer-l2``,
+and ``transformer-l2-x4`` for the same model trained four times as many steps) so an
+experiment grid is a list of names; :func:`build_model` turns one into a module.
 """
 
 from __future__ import annotations
@@ -103,14 +104,18 @@ class GlobalCNN(nn.Module):
 
 
 class BirdTransformer(nn.Module):
-    """tokformer's image patch tokenizer -> embedder -> encoder -> class-token head.
+    """tokformer's image patch tokenizer -> embedder -> encoder -> mean-pooled head.
 
     The tokenizer normalises pixels and cuts ``patch`` x ``patch`` patches with 2-D sin/cos
-    positions (so attention knows which bird is top-right); a class token reads the answer.
+    positions (so attention knows which bird is top-right). 8 x 8 patches make a 64-token
+    image in which a bird covers about 3 x 3 patches; with 16 x 16 patches a bird's parts
+    fall into up to four tokens that must be reassembled, and counting suffered (measured).
+    The head averages the patch tokens, like the CNNs' mean readout; the class token stays as
+    a global scratch token every patch can attend to.
     """
 
     def __init__(self, n_classes: int, *, n_layers: int = 2, d_model: int = 64, n_heads: int = 4,
-                 patch: int = 16, image_size: int = 64) -> None:
+                 patch: int = 8, image_size: int = 64) -> None:
         super().__init__()
         self.depth = n_layers
         self.tokenizer = ImagePatchTokenizer(
@@ -119,7 +124,7 @@ class BirdTransformer(nn.Module):
         )
         cfg = TransformerConfig(d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=2 * d_model,
                                 dropout=0.0, activation="gelu")
-        head = ClassificationHead(d_model, n_classes, pool="cls", n_prefix=1)
+        head = ClassificationHead(d_model, n_classes, pool="mean", n_prefix=1)
         self.net = EncoderClassifier(self.tokenizer.build_embedder(d_model), cfg, head)
 
     @property
@@ -132,40 +137,45 @@ class BirdTransformer(nn.Module):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A parsed model name: family (local, pool, global, transformer) and depth."""
+    """A parsed model name: family (local, pool, global, transformer), depth, and how many
+    times the sweep's step budget it trains for (``budget``, 1 but for ``-xN`` names)."""
 
     name: str
     family: str
     depth: int
+    budget: int = 1
 
     @property
     def label(self) -> str:
         """Human-readable name for tables and plots."""
-        return {
+        label = {
             "local": f"CNN local readout, no pooling, {self.depth} conv",
             "pool": f"CNN local readout, max-pool, {self.depth} conv",
             "global": f"CNN global head (flatten+MLP), {self.depth} conv",
             "transformer": f"Transformer, {self.depth} layer{'s' if self.depth > 1 else ''}",
         }[self.family]
+        return label + (f", {self.budget}x steps" if self.budget > 1 else "")
 
 
-_SPEC = re.compile(r"^(local|pool)-d(\d+)$|^(global)$|^(transformer)-l(\d+)$")
+_SPEC = re.compile(r"^(local|pool)-d(\d+)$|^(global)$|^(transformer)-l(\d+)(?:-x(\d+))?$")
 
 
 def parse_spec(name: str) -> ModelSpec:
-    """``local-d4`` / ``pool-d3`` / ``global`` / ``transformer-l2`` -> ModelSpec, or ValueError."""
+    """``local-d4`` / ``pool-d3`` / ``global`` / ``transformer-l2`` / ``transformer-l2-x4`` -> ModelSpec,
+    or ValueError."""
     match = _SPEC.match(name)
     if match is None:
-        raise ValueError(f"unknown model {name!r}; use local-dN, pool-dN, global or transformer-lN")
+        raise ValueError(f"unknown model {name!r}; use local-dN, pool-dN, global, transformer-lN or transformer-lN-xK")
+    budget = 1
     if match.group(1):
         family, depth = match.group(1), int(match.group(2))
     elif match.group(3):
         family, depth = "global", 4
     else:
-        family, depth = "transformer", int(match.group(5))
-    if depth < 1:
-        raise ValueError(f"model {name!r}: depth must be at least 1")
-    return ModelSpec(name, family, depth)
+        family, depth, budget = "transformer", int(match.group(5)), int(match.group(6) or 1)
+    if depth < 1 or budget < 1:
+        raise ValueError(f"model {name!r}: depth and step multiple must be at least 1")
+    return ModelSpec(name, family, depth, budget)
 
 
 def build_model(name: str, n_classes: int, image_size: int = 64) -> nn.Module:

@@ -266,8 +266,8 @@ def _preset_note(command: str) -> str:
     if "--quick" not in command:
         return ""
     return ("\n> This is the **quick** preset: one seed, fewer models and a short training budget, so the numbers "
-            "are noisy and the Transformer has had little time to learn the comparison. `tokformer birds` (no "
-            "`--quick`) runs the full sweep over 3 seeds; its report is in the repository under `docs/birds/`.\n")
+            "are noisy; the Transformer appears only with its longer budget. `tokformer birds` (no `--quick`) runs the "
+            "full sweep over 3 seeds; its report is in the repository under `docs/birds/`.\n")
 
 
 def _extra_text(cfg) -> str:
@@ -363,6 +363,9 @@ def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str
     if len(seeds_done) < len(cfg.seeds):
         seeds += f" (**partial report: {len(seeds_done)} of {len(cfg.seeds)} seeds done so far**)"
     bullets = "\n".join(f"- {line}" for line in findings(rows, attention))
+    vit = BirdTransformer.__init__.__kwdefaults__  # the Transformer's shape, as the sweep builds it
+    patch, d_model, heads = vit["patch"], vit["d_model"], vit["n_heads"]
+    tokens = (cfg.image_size // patch) ** 2
     attention_section = (
         "![attention](attention.png)\n\nAttention weights are recomputed from each layer's `qkv` projection "
         "(softmax(q kᵀ/√d) per head) on the comparison test set."
@@ -394,6 +397,7 @@ shapes (half of them in bird colours) and pixel noise. Each quadrant holds at mo
 {cfg.n_train} training and {cfg.n_test} held-out test images per task and seed; the test set comes from
 an independent random stream. Every model gets the same budget: {cfg.steps} AdamW steps of
 {cfg.batch_size} images, lr {cfg.lr} (warmup + cosine), weight decay {cfg.weight_decay}; seeds {seeds}.
+Rows marked *N*x steps train the same model *N* times as many steps (the schedule stretched to fit).
 
 ![samples](samples.png)
 
@@ -408,8 +412,9 @@ an independent random stream. Every model gets the same budget: {cfg.steps} Adam
   some output unit's analytic RF contains both birds' centres.
 - **CNN, global head**: 4 conv + max-pool layers (32 channels), then flatten + MLP: every logit sees
   every pixel. A stronger, non-local baseline, reported separately.
-- **Transformer**: tokformer's image patch tokenizer (16x16 patches, 2-D sin/cos positions, class
-  token) → shared encoder (d_model 64, 4 heads) → classification head on the class token.
+- **Transformer**: tokformer's image patch tokenizer ({patch}x{patch} patches, so {tokens} patch tokens, 2-D
+  sin/cos positions, plus a class token) → shared pre-norm encoder (d_model {d_model}, {heads} heads) →
+  mean of the patch tokens → linear head. Every token attends to every other from the first layer.
 
 **Training signal.** {_aux_text(cfg)}
 

@@ -84,6 +84,17 @@ def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool) -> 
     return Path(outcome[1])
 
 
+def _check_task_unchanged(saved: Mapping[str, Any], wanted: Mapping[str, Any], run_dir: Path) -> None:
+    """A resumed run keeps its task options: they shape the model and the data, so the
+    checkpoint would not fit (or would silently train on something else). Training options
+    (steps, lr, device...) may change."""
+    changed = [f"{key}={value!r} (the run has {saved.get(key)!r})" for key, value in wanted.items()
+               if saved.get(key) != value]
+    if changed:
+        raise ConfigError(f"--resume keeps the task options of {run_dir / CONFIG_FILE}; cannot change "
+                          f"{', '.join(changed)}: start a new run for that")
+
+
 def train(
     config: RunConfig | Mapping[str, Any] | str | os.PathLike | None = None,
     *,
@@ -113,8 +124,11 @@ def train(
     if resume is not None:
         if config is not None:
             raise ConfigError("give either a config or resume=RUN_DIR, not both")
-        overrides = {**overrides, "train.run_dir": str(resume)}
-        cfg = resolve_config(saved_config(Path(resume)), **overrides)
+        if overwrite:
+            raise ConfigError("--resume continues a run and --overwrite replaces it: give one of them")
+        saved = saved_config(Path(resume))
+        cfg = resolve_config(saved, **{**overrides, "train.run_dir": str(resume)})
+        _check_task_unchanged(resolve_config(saved).to_dict()["task"], cfg.to_dict()["task"], Path(resume))
     else:
         cfg = resolve_config(config, **overrides)
     with process_group(cfg.train.device) as d, _deterministic(cfg.train.deterministic):
@@ -146,7 +160,7 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str = "best",
     task = get_task(cfg.task)(cfg.task_config)
     task.load_assets(run_dir)
     model = task.build_model()
-    model.load_state_dict(ckpt.load_model_state(ckpt.find_checkpoint(run_dir, checkpoint)))
+    ckpt.load_weights(model, ckpt.find_checkpoint(run_dir, checkpoint))
     return task, model.to(device).eval()
 
 

@@ -8,11 +8,14 @@ A checkpoint is a directory ``checkpoints/step-NNNNNNNN/`` holding
 
 Nothing is pickled, so loading a checkpoint someone handed you cannot run code. The
 directory is built under a temporary name, every file and the directory are fsynced,
-then it is renamed into place: a crash leaves either the whole checkpoint or none.
+then it is renamed into place: a crash leaves either the whole checkpoint or none, and a
+failed write (a full disk) removes its temporary directory and leaves earlier checkpoints
+as they were. A damaged file is reported as a :class:`CheckpointError` naming it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,14 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
+from torch import nn
 
-from tokformer.errors import ConfigError
+from tokformer.errors import CheckpointError, ConfigError
 
 CHECKPOINTS = "checkpoints"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 ALIASES = "tokformer.aliases"  # model.safetensors metadata: JSON {alias: name} of shared tensors
+TOKENIZER_DIR = "tokenizer"  # where every task saves its tokenizer inside the run directory
+TOKENIZER_HASH = "tokenizer_sha256"  # state.json key: the tokenizer the weights were trained with
 
 
 def split_tensors(obj: Any, prefix: str = "") -> tuple[Any, dict[str, torch.Tensor]]:
@@ -96,23 +102,34 @@ def save_checkpoint(run_dir: Path, step: int, model_state: dict[str, torch.Tenso
     root.mkdir(parents=True, exist_ok=True)
     final = step_dir(run_dir, step)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{final.name}-"))
-    json_state, tensors = split_tensors(state)
-    unique, aliases = dedupe_shared(model_state)
-    save_file(
-        {k: v.detach().cpu().contiguous() for k, v in unique.items()},
-        tmp / "model.safetensors",
-        metadata={ALIASES: json.dumps(aliases)},
-    )
-    save_file(tensors, tmp / "state.safetensors")
-    (tmp / "state.json").write_text(json.dumps(json_state), encoding="utf-8")
-    for name in ("model.safetensors", "state.safetensors", "state.json"):
-        _fsync_file(tmp / name)
-    _fsync_dir(tmp)
+    try:
+        _write_files(tmp, model_state, state)
+    except (OSError, SafetensorError) as e:  # e.g. a full disk: earlier checkpoints were never touched
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = getattr(e, "strerror", None) or e
+        raise CheckpointError(f"could not write the checkpoint of step {step} in {root}: {reason}; "
+                              "earlier checkpoints are intact") from e
     if final.exists():  # re-saving a step (e.g. interrupted right after a save)
         shutil.rmtree(final)
     os.replace(tmp, final)
     _fsync_dir(root)
     return final
+
+
+def _write_files(directory: Path, model_state: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
+    """The three files of a checkpoint, each fsynced, then the directory."""
+    json_state, tensors = split_tensors(state)
+    unique, aliases = dedupe_shared(model_state)
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in unique.items()},
+        directory / "model.safetensors",
+        metadata={ALIASES: json.dumps(aliases)},
+    )
+    save_file(tensors, directory / "state.safetensors")
+    (directory / "state.json").write_text(json.dumps(json_state), encoding="utf-8")
+    for name in ("model.safetensors", "state.safetensors", "state.json"):
+        _fsync_file(directory / name)
+    _fsync_dir(directory)
 
 
 def list_checkpoints(run_dir: Path) -> list[int]:
@@ -158,20 +175,76 @@ def dedupe_shared(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tenso
     return unique, aliases
 
 
+def _damaged(file: Path, error: Exception) -> CheckpointError:
+    return CheckpointError(f"checkpoint file {file} is damaged or not a tokformer checkpoint ({error})")
+
+
 def load_model_state(path: Path) -> dict[str, torch.Tensor]:
     """A model state dict, shared tensors restored under every name they had."""
     file = path / "model.safetensors"
-    state = load_file(file)
-    with safe_open(file, framework="pt") as f:
-        aliases = json.loads((f.metadata() or {}).get(ALIASES, "{}"))
-    state.update({alias: state[name] for alias, name in aliases.items()})
+    try:
+        state = load_file(file)
+        with safe_open(file, framework="pt") as f:
+            aliases = json.loads((f.metadata() or {}).get(ALIASES, "{}"))
+        state.update({alias: state[name] for alias, name in aliases.items()})
+    except (SafetensorError, OSError, ValueError, KeyError) as e:  # truncated, garbage, missing
+        raise _damaged(file, e) from None
     return state
+
+
+def load_weights(model: nn.Module, path: Path) -> None:
+    """Load checkpoint ``path`` into ``model``, or say which keys or shapes do not fit.
+
+    A mismatch means the checkpoint was made for another model: another task, an edited
+    ``config.json``, or a tokenizer with another vocabulary.
+    """
+    check_tokenizer(path)
+    state = load_model_state(path)
+    expected = model.state_dict()
+    missing = sorted(expected.keys() - state.keys())
+    unexpected = sorted(state.keys() - expected.keys())
+    reshaped = [f"{k} {tuple(state[k].shape)} vs {tuple(expected[k].shape)}"
+                for k in sorted(expected.keys() & state.keys()) if state[k].shape != expected[k].shape]
+    problems = [f"{what}: {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}"
+                for what, keys in (("missing", missing), ("unexpected", unexpected), ("shape", reshaped)) if keys]
+    if problems:
+        raise CheckpointError(f"checkpoint {path} does not fit the model built from the run's config and "
+                              f"tokenizer ({'; '.join(problems)})")
+    model.load_state_dict(state)
+
+
+def tokenizer_fingerprint(run_dir: Path) -> str | None:
+    """SHA-256 over the names and bytes of the run's tokenizer files (None without a tokenizer)."""
+    root = run_dir / TOKENIZER_DIR
+    if not root.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def check_tokenizer(path: Path) -> None:
+    """Refuse checkpoint ``path`` (in ``RUN/checkpoints/``) if RUN's tokenizer is not the one it was
+    trained with: ids would silently mean other tokens. Vocabulary-size changes are also caught by
+    :func:`load_weights`' shape check; this catches same-size swaps and edits too."""
+    try:
+        saved = json.loads((path / "state.json").read_text(encoding="utf-8")).get(TOKENIZER_HASH)
+    except (OSError, ValueError) as e:
+        raise _damaged(path / "state.json", e) from None
+    run_dir = path.parent.parent
+    if saved is not None and saved != tokenizer_fingerprint(run_dir):
+        raise CheckpointError(f"checkpoint {path} was trained with another tokenizer than {run_dir / TOKENIZER_DIR} "
+                              "(its files changed since); restore that tokenizer or train again")
 
 
 def load_state(path: Path) -> dict[str, Any]:
     """The JSON + tensor training state of a checkpoint directory."""
-    tensors = load_file(path / "state.safetensors")
-    return join_tensors(json.loads((path / "state.json").read_text(encoding="utf-8")), tensors)
+    try:
+        tensors = load_file(path / "state.safetensors")
+        return join_tensors(json.loads((path / "state.json").read_text(encoding="utf-8")), tensors)
+    except (SafetensorError, OSError, ValueError, KeyError) as e:
+        raise _damaged(path, e) from None
 
 
 def find_checkpoint(run_dir: Path, which: str = "latest") -> Path:

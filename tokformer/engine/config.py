@@ -194,6 +194,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8 text (invalid byte at offset {e.start})") from None
+    if not text.strip():
+        raise ConfigError(f"config file {path} is empty")
     suffix = path.suffix.lower()
     try:
         if suffix == ".toml":

@@ -31,7 +31,7 @@ from tokformer.engine.progress import LOGGER, progress
 from tokformer.engine.rng import rng_state, seed_everything, set_rng_state
 from tokformer.engine.signals import stop_on_signals
 from tokformer.engine.task import Task
-from tokformer.errors import ConfigError, DataError, TrainingError
+from tokformer.errors import CheckpointError, ConfigError, DataError, TrainingError
 
 log = logging.getLogger(LOGGER)
 
@@ -217,6 +217,7 @@ class Trainer:
                 "rng": rngs,
                 "best": best,
                 "metrics": metrics,
+                ckpt.TOKENIZER_HASH: ckpt.tokenizer_fingerprint(self.run_dir),
             }
             ckpt.save_checkpoint(self.run_dir, step, raw.state_dict(), state)
             if best is not None:
@@ -242,9 +243,7 @@ class Trainer:
             if logbook is not None:
                 logbook.truncate_after(0)
             return 0, None
-        path = ckpt.find_checkpoint(self.run_dir, "latest")
-        raw.load_state_dict(ckpt.load_model_state(path))
-        state = ckpt.load_state(path)
+        path, state = self._latest_readable(raw)
         optim_state = state["optimizer"]
         optim_state["state"] = {int(k): v for k, v in optim_state["state"].items()}  # JSON keys are strings
         for group in optim_state["param_groups"]:
@@ -260,9 +259,26 @@ class Trainer:
         self._info("resumed from %s (step %d)", path, state["step"])
         return state["step"], state["best"]
 
+    def _latest_readable(self, raw: nn.Module) -> tuple[Path, dict[str, Any]]:
+        """Load the newest checkpoint that reads cleanly into ``raw``; a damaged newer one (a
+        disk error, a hand-edited file) is reported and skipped, so resuming loses only its steps."""
+        newest_first = [ckpt.step_dir(self.run_dir, s) for s in reversed(ckpt.list_checkpoints(self.run_dir))]
+        for path in newest_first[:-1]:
+            try:
+                return path, _load_checkpoint(raw, path)
+            except CheckpointError as e:
+                log.warning("%s; resuming from the checkpoint before it", e)
+        return newest_first[-1], _load_checkpoint(raw, newest_first[-1])
+
     def _nan_message(self, step: int, loss: float) -> str:
         saved = ckpt.list_checkpoints(self.run_dir)
         keep = (f"the last good checkpoint is step {saved[-1]} (resume with --resume {self.run_dir})"
                 if saved else "no checkpoint was saved yet")
         return (f"loss became {loss} at step {step + 1}; stopped, {keep}. "
                 "Try a lower lr, more warmup_steps or grad_clip, or precision fp32")
+
+
+def _load_checkpoint(model: nn.Module, path: Path) -> dict[str, Any]:
+    """Weights of checkpoint ``path`` into ``model``; returns its training state."""
+    ckpt.load_weights(model, path)
+    return ckpt.load_state(path)
