@@ -47,3 +47,19 @@ def test_console_script_is_installed_and_has_help(tmp_path):
     done = subprocess.run([script, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "Usage: tokformer" in done.stdout
+
+
+def test_every_subpackage_is_listed_for_a_wheel():
+    """`pip install .` (not -e) ships only the packages pyproject lists: a forgotten one would
+    work in the editable checkout and be missing from the wheel."""
+    import tomllib
+
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    roots = {name: REPO / path for name, path in setup["package-dir"].items()}
+    found = set()
+    for name, root in roots.items():
+        for init in root.rglob("__init__.py"):
+            parts = init.parent.relative_to(root).parts
+            if "__pycache__" not in parts:
+                found.add(".".join((name, *parts)))
+    assert found == set(setup["packages"])
