@@ -14,6 +14,7 @@ import math
 import os
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -323,8 +324,9 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
     if out_file is None:
         click.echo(text, nl=False)
     else:
-        with open(out_file, "w", encoding="utf-8") as f:
-            f.write(text)
+        from tokformer.engine.checkpoint import write_text_atomic
+
+        write_text_atomic(Path(out_file), text)  # an interrupted run never leaves a half-written file
 
 
 @main.command(context_settings=CONTEXT)

@@ -90,3 +90,17 @@ def test_shared_tensors_are_saved_once_and_restored_under_every_name(tmp_path):
     restored.load_state_dict(ckpt.load_model_state(path))  # strict: both names present
     assert torch.equal(restored["head"].weight, embedding.weight)
     assert torch.equal(restored["embedding"].weight, embedding.weight)
+
+
+def test_atomic_text_write_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypatch):
+    target = tmp_path / "out.txt"
+    ckpt.write_text_atomic(target, "old\n")
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        ckpt.write_text_atomic(target, "new\n")
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]  # no temporary left behind

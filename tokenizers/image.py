@@ -295,8 +295,9 @@ class ImagePatchTokenizer(Tokenizer):
 
     def to_tensor(self, sample: Any) -> Tensor:
         """One sample (PIL image, ``[C, H, W]``/``[H, W]`` tensor, or file path) -> float ``[C, H, W]`` in [0, 1]."""
-        if isinstance(sample, (str, Path)):
-            sample = open_image(sample)
+        path = sample if isinstance(sample, (str, Path)) else None
+        if path is not None:
+            sample = open_image(path)
         if isinstance(sample, Image.Image):
             mode, original = ("RGB" if self.channels == 3 else "L"), sample.mode
             try:
@@ -304,7 +305,8 @@ class ImagePatchTokenizer(Tokenizer):
                     sample = sample.convert("RGBA")
                 sample = sample.convert(mode)  # loads a lazily opened image: decoding errors surface here
             except DECODE_ERRORS as err:  # e.g. modes PIL cannot convert ("La", "LAB" to L)
-                raise DataError(f"cannot convert a PIL image of mode {original!r} to {mode}: {err}") from None
+                where = f"{path}: " if path is not None else ""
+                raise DataError(f"{where}cannot convert a PIL image of mode {original!r} to {mode}: {err}") from None
             return TF.to_dtype(TF.to_image(sample), torch.float32, scale=True)
         if not isinstance(sample, Tensor):
             raise DataError(f"image tokenizer takes PIL images, tensors or paths, got {type(sample).__name__}")
