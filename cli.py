@@ -258,11 +258,12 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
 
     texts = list(prompts) or [""]
     stream = len(texts) == 1
-    shown: list[str] = []  # the streamed prompt, once the model has loaded (nothing is printed before an error)
+    prompt_shown = False  # the streamed prompt is printed once the model has loaded, never before an error
 
     def show(_row: int, piece: str) -> None:
-        if not shown:
-            shown.append(texts[0])
+        nonlocal prompt_shown
+        if not prompt_shown:
+            prompt_shown = True
             click.echo(texts[0], nl=False)
         click.echo(piece, nl=False)
 
@@ -275,7 +276,7 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
     for warning in caught:
         click.echo(f"Warning: {warning.message}", err=True)
     if stream:
-        click.echo("" if shown else texts[0])
+        click.echo("" if prompt_shown else texts[0])
         return
     for i, (prompt, output) in enumerate(zip(texts, outputs, strict=True)):
         click.echo(f"{chr(10) * bool(i)}--- prompt {i + 1} ---\n{prompt}{output}")

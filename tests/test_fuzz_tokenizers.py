@@ -421,16 +421,21 @@ def check_pixels_round_trip(tok: ImagePatchTokenizer, batch: TokenBatch, samples
 @given(config=image_configs(), samples=st.lists(IMAGE_SAMPLE, min_size=1, max_size=3))
 def test_image_samples_give_documented_tokens_or_data_error(config, samples):
     tok = ImagePatchTokenizer(**config)
-    outcome = batch_outcome(tok, samples)
+    check_batch_outcome(tok, samples, samples, batch_outcome(tok, samples), all(map(is_finite, samples)))
+
+
+def check_batch_outcome(tok, given, samples, outcome, finite: bool) -> None:
+    """``tok.batch(given)`` raises the predicted one-line DataError, or gives the predicted tokens
+    (finite where ``finite``, and rebuilding the pixels of ``samples``)."""
     event("tokens" if isinstance(outcome, list) else "DataError: " + re.sub(r"\d+", "N", outcome))
     if isinstance(outcome, str):
         with pytest.raises(DataError, match=outcome) as err:
-            tok.batch(samples)
+            tok.batch(given)
         assert_one_line(err.value)
         return
-    batch = tok.batch(samples)
+    batch = tok.batch(given)
     check_image_tokens(tok, batch, outcome)
-    if all(map(is_finite, samples)):
+    if finite:
         assert torch.isfinite(batch.features).all()
     check_pixels_round_trip(tok, batch, samples, outcome)
 
@@ -448,17 +453,8 @@ def test_image_batch_tensor_of_any_rank(config, images):
     """A tensor given as the whole batch: [B, C, H, W] takes the fast path, any other rank is a sequence."""
     tok = ImagePatchTokenizer(**config)
     outcome = "0-d tensor" if images.dim() == 0 else batch_outcome(tok, list(images))
-    event("tokens" if isinstance(outcome, list) else "DataError: " + re.sub(r"\d+", "N", outcome))
-    if isinstance(outcome, str):
-        with pytest.raises(DataError, match=outcome) as err:
-            tok.batch(images)
-        assert_one_line(err.value)
-        return
-    batch = tok.batch(images)
-    check_image_tokens(tok, batch, outcome)
-    if is_finite(images):
-        assert torch.isfinite(batch.features).all()
-    check_pixels_round_trip(tok, batch, list(images), outcome)
+    samples = [] if images.dim() == 0 else list(images)
+    check_batch_outcome(tok, images, samples, outcome, is_finite(images))
 
 
 SEED_FORMATS = {  # format -> mode saved

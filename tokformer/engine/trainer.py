@@ -87,6 +87,7 @@ class Trainer:
                 f"batch_size={self.tc.batch_size} must be divisible by processes x grad_accum = {per_step}"
             )
         self.micro_batch = self.tc.batch_size // per_step
+        self.tokenizer_hash: str | None = None  # set by fit() once the tokenizer is in the run directory
 
     def fit(self) -> RunResult:
         task, tc, d = self.task, self.tc, self.d
@@ -95,6 +96,8 @@ class Trainer:
         train_set, eval_set = task.train_dataset(), task.eval_dataset()
         if d.is_main and not self.resume:
             task.save_assets(self.run_dir)
+        # recorded in every checkpoint, so loading can refuse a tokenizer swapped in later (rank 0 saves)
+        self.tokenizer_hash = ckpt.tokenizer_fingerprint(self.run_dir) if d.is_main else None
         seed_everything(tc.seed)  # weights depend on the seed only, not on data preparation
         raw = task.build_model().to(d.device)
         seed_everything(tc.seed + d.rank)  # per-rank streams: each rank draws its own dropout masks
@@ -217,7 +220,7 @@ class Trainer:
                 "rng": rngs,
                 "best": best,
                 "metrics": metrics,
-                ckpt.TOKENIZER_HASH: ckpt.tokenizer_fingerprint(self.run_dir),
+                ckpt.TOKENIZER_HASH: self.tokenizer_hash,
             }
             ckpt.save_checkpoint(self.run_dir, step, raw.state_dict(), state)
             if best is not None:
