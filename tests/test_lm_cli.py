@@ -6,10 +6,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from tokformer.cli import main
 from tokformer.errors import UsageError
+from tokformer.layers import GatedFeedForward
 from tokformer.tasks.lm import generate_text, load_lm, perplexity
 
 CORPUS = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    x = 0\n    y = 0\n"
@@ -88,3 +90,25 @@ def test_empty_corpus_is_a_one_line_error(tmp_path):
     assert result.exit_code == 2 and "no usable text" in result.output
     missing = invoke("train", "lm", "-o", f"data={tmp_path / 'nothing*.txt'}", *TINY, "--run-dir", str(tmp_path / "s"))
     assert missing.exit_code == 2 and "not a file, a folder or a glob" in missing.output
+
+
+def test_train_a_llama_shaped_model_from_the_cli(tmp_path):
+    """RoPE + RMSNorm + SwiGLU + grouped-query attention, no biases: every option reachable as a task option."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(6):
+        (docs / f"{i}.py").write_text(CORPUS.replace("Point", f"P{i}") * 3)
+    run_dir = tmp_path / "run"
+    llama = ["-o", "position=rope", "-o", "norm=rms", "-o", "mlp=swiglu", "-o", "n_kv_heads=1", "-o", "bias=false",
+             "-o", "activation=silu", "-o", "rope_theta=500000"]
+    result = invoke("train", "lm", "-o", f"data={docs}", *TINY, "-o", "n_heads=4", *llama, "--run-dir", str(run_dir))
+    assert result.exit_code == 0, result.output
+    model = load_lm(run_dir).model
+    block = model.encoder.blocks[0]
+    assert model.embedder.position is None and model.encoder.rotary.theta == 500000
+    assert isinstance(block.norm1, torch.nn.RMSNorm) and isinstance(block.mlp, GatedFeedForward)
+    assert block.attn.n_kv_heads == 1 and block.attn.qkv.out_features == 16 + 2 * 4
+    assert not any(name.endswith("bias") for name, _ in model.named_parameters())
+    cached = invoke("generate", str(run_dir), "-p", "def", "-n", "8", "-t", "0")
+    uncached = invoke("generate", str(run_dir), "-p", "def", "-n", "8", "-t", "0", "--no-cache")
+    assert cached.exit_code == 0 and cached.output == uncached.output

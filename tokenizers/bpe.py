@@ -273,11 +273,17 @@ class BPETokenizer(Tokenizer):
             pad_to_max_length=pad_to_max_length,
         )
 
-    def build_embedder(self, d_model: int, *, dropout: float = 0.0) -> nn.Module:
-        """Token table plus learned positions up to ``max_length`` (GPT-2's choice)."""
-        return Embedder(
-            d_model, vocab_size=self.vocab_size, position=LearnedPositions(d_model, self.max_length), dropout=dropout
-        )
+    def build_embedder(
+        self, d_model: int, *, dropout: float = 0.0, positions: bool = True, rows: int | None = None
+    ) -> nn.Module:
+        """Token table plus learned positions up to ``max_length`` (GPT-2's choice).
+
+        ``positions=False`` leaves them out, for a model whose attention places tokens itself
+        (rotary embeddings); ``rows`` pads the table past the vocabulary (checkpoints often
+        round it up to a multiple of 64 or 128).
+        """
+        position = LearnedPositions(d_model, self.max_length) if positions else None
+        return Embedder(d_model, vocab_size=rows or self.vocab_size, position=position, dropout=dropout)
 
     def _can_cut(self, allowed_special: AllowedSpecial) -> bool:
         """Whether text may be cut at :func:`~.pretokenize.safe_chunks` points without changing its ids.

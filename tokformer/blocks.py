@@ -13,33 +13,58 @@ from torch import Tensor, nn
 from tokformer.attention import MultiHeadAttention
 from tokformer.config import TransformerConfig
 from tokformer.kv_cache import KVCache
-from tokformer.layers import FeedForward
+from tokformer.layers import FeedForward, GatedFeedForward, LayerScale, make_norm
+from tokformer.rotary import Rope
 
 
 def _attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
     return MultiHeadAttention(
-        cfg.d_model, cfg.n_heads, dropout=cfg.attn_dropout_p, proj_dropout=cfg.dropout, bias=cfg.bias, cross=cross
+        cfg.d_model,
+        cfg.n_heads,
+        dropout=cfg.attn_dropout_p,
+        proj_dropout=cfg.dropout,
+        bias=cfg.bias_of("qkv"),
+        proj_bias=cfg.bias_of("out"),
+        cross=cross,
+        n_kv_heads=cfg.n_kv_heads,
+        qk_norm=cfg.norm if cfg.qk_norm else None,
+        norm_eps=cfg.norm_eps,
     )
 
 
-def _feed_forward(cfg: TransformerConfig) -> FeedForward:
-    return FeedForward(cfg.d_model, cfg.ff_width, activation=cfg.activation, dropout=cfg.dropout, bias=cfg.bias)
+def _feed_forward(cfg: TransformerConfig) -> nn.Module:
+    if cfg.mlp == "plain":
+        return FeedForward(
+            cfg.d_model, cfg.ff_width, activation=cfg.activation, dropout=cfg.dropout, bias=cfg.bias_of("mlp")
+        )
+    gate = "silu" if cfg.mlp == "swiglu" else ("gelu_tanh" if cfg.activation == "gelu_tanh" else "gelu")
+    return GatedFeedForward(cfg.d_model, cfg.ff_width, activation=gate, dropout=cfg.dropout, bias=cfg.bias_of("mlp"))
+
+
+def _norm(cfg: TransformerConfig) -> nn.Module:
+    return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+
+
+def _layer_scale(cfg: TransformerConfig) -> nn.Module:
+    return LayerScale(cfg.d_model, cfg.layer_scale) if cfg.layer_scale is not None else nn.Identity()
 
 
 class EncoderBlock(nn.Module):
     """Self-attention + feed-forward. Bidirectional or causal, decided per call.
 
     Also the block of decoder-only language models (self-attention with a causal mask).
-    Names follow timm's ``Block`` (norm1, attn, norm2, mlp).
+    Names follow timm's ``Block`` (norm1, attn, ls1, norm2, mlp, ls2).
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.norm_first = cfg.norm_first
-        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.norm1 = _norm(cfg)
         self.attn = _attention(cfg)
-        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ls1 = _layer_scale(cfg)
+        self.norm2 = _norm(cfg)
         self.mlp = _feed_forward(cfg)
+        self.ls2 = _layer_scale(cfg)
 
     def forward(
         self,
@@ -48,13 +73,14 @@ class EncoderBlock(nn.Module):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         cache: KVCache | None = None,
+        rope: Rope | None = None,
     ) -> Tensor:  # [B, N, d] -> [B, N, d]
-        attend = lambda h: self.attn(h, attn_mask=attn_mask, is_causal=is_causal, cache=cache)
+        attend = lambda h: self.ls1(self.attn(h, attn_mask=attn_mask, is_causal=is_causal, cache=cache, rope=rope))
         if self.norm_first:
             x = x + attend(self.norm1(x))
-            return x + self.mlp(self.norm2(x))
+            return x + self.ls2(self.mlp(self.norm2(x)))
         x = self.norm1(x + attend(x))
-        return self.norm2(x + self.mlp(x))
+        return self.norm2(x + self.ls2(self.mlp(x)))
 
 
 class DecoderBlock(nn.Module):
@@ -63,12 +89,15 @@ class DecoderBlock(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.norm_first = cfg.norm_first
-        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.norm1 = _norm(cfg)
         self.attn = _attention(cfg)
-        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ls1 = _layer_scale(cfg)
+        self.norm2 = _norm(cfg)
         self.cross_attn = _attention(cfg, cross=True)
-        self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ls_cross = _layer_scale(cfg)
+        self.norm3 = _norm(cfg)
         self.mlp = _feed_forward(cfg)
+        self.ls2 = _layer_scale(cfg)
 
     def forward(
         self,
@@ -80,13 +109,14 @@ class DecoderBlock(nn.Module):
         is_causal: bool = True,
         cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
+        rope: Rope | None = None,
     ) -> Tensor:  # x [B, N, d], memory [B, M, d] -> [B, N, d]
-        attend = lambda h: self.attn(h, attn_mask=attn_mask, is_causal=is_causal, cache=cache)
-        cross = lambda h: self.cross_attn(h, memory, attn_mask=memory_mask, cache=cross_cache)
+        attend = lambda h: self.ls1(self.attn(h, attn_mask=attn_mask, is_causal=is_causal, cache=cache, rope=rope))
+        cross = lambda h: self.ls_cross(self.cross_attn(h, memory, attn_mask=memory_mask, cache=cross_cache))
         if self.norm_first:
             x = x + attend(self.norm1(x))
             x = x + cross(self.norm2(x))
-            return x + self.mlp(self.norm3(x))
+            return x + self.ls2(self.mlp(self.norm3(x)))
         x = self.norm1(x + attend(x))
         x = self.norm2(x + cross(x))
-        return self.norm3(x + self.mlp(x))
+        return self.norm3(x + self.ls2(self.mlp(x)))

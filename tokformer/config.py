@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
-from tokformer.layers import ACTIVATIONS
+from tokformer.layers import ACTIVATIONS, MLPS, NORMS
+
+ROPES = ("none", "1d", "2d")
 
 
 @dataclass
@@ -18,12 +21,32 @@ class TransformerConfig:
         d_ff: feed-forward width; None means ``4 * d_model`` (the paper's 2048).
         dropout: residual-branch and feed-forward dropout.
         attn_dropout: dropout on attention weights; None means ``dropout``.
-        activation: feed-forward activation: relu (the paper), gelu (GPT, ViT) or silu.
+        activation: feed-forward activation: relu (the paper), gelu (BERT, ViT), gelu_tanh
+            (GPT-2, SigLIP), quick_gelu (OpenAI CLIP) or silu.
         norm_first: pre-norm (True) or the paper's post-norm (False).
-        bias: biases in linear layers.
-        norm_eps: LayerNorm epsilon (1e-6 in timm's ViT).
-        final_norm: a pre-norm stack ends with a LayerNorm; False drops it, for heads that
+        bias: biases in linear layers (the default of the three switches below).
+        qkv_bias / out_bias / mlp_bias: per-projection biases (None: ``bias``); Qwen2 has a
+            q/k/v bias only, Llama none at all.
+        norm: ``layer`` (LayerNorm) or ``rms`` (RMSNorm: no mean, no bias; Llama, T5).
+        norm_eps: norm epsilon (1e-6 in timm's ViT, 1e-5 in Llama).
+        final_norm: a pre-norm stack ends with a norm; False drops it, for heads that
             normalise after pooling instead (timm's ``fc_norm`` with average pooling).
+        mlp: ``plain`` (``fc2(act(fc1 x))``) or a gated unit, ``swiglu`` (SiLU gate; Llama,
+            DINOv2-giant) or ``geglu`` (GELU gate, tanh-approximated when ``activation``
+            is ``gelu_tanh``; Gemma). A gated unit's ``d_ff`` is the width of each half.
+        n_kv_heads: key/value heads for grouped-query attention (1 = multi-query); None
+            means ``n_heads``. Each group of ``n_heads / n_kv_heads`` query heads shares
+            one key/value head, and the KV cache holds only those.
+        qk_norm: normalise queries and keys per head before the dot product (ViT-22B,
+            Qwen3), which keeps attention logits from growing.
+        layer_scale: initial value of a learned per-channel scale on each residual branch
+            (CaiT, DeiT-3, DINOv2); None for none.
+        rope: rotary position embeddings applied to queries and keys: ``1d`` for sequences
+            (positions ``[B, N]``), ``2d`` for grids (``[B, N, 2]``), ``none`` to leave
+            positions to the embedder.
+        rope_theta: rotary frequency base.
+        n_registers: learned register tokens the encoder prepends and drops again at its
+            output ("Vision Transformers Need Registers"): scratch space for global state.
     """
 
     d_model: int = 512
@@ -37,6 +60,17 @@ class TransformerConfig:
     bias: bool = True
     norm_eps: float = 1e-5
     final_norm: bool = True
+    qkv_bias: bool | None = None
+    out_bias: bool | None = None
+    mlp_bias: bool | None = None
+    norm: str = "layer"
+    mlp: str = "plain"
+    n_kv_heads: int | None = None
+    qk_norm: bool = False
+    layer_scale: float | None = None
+    rope: str = "none"
+    rope_theta: float = 10000.0
+    n_registers: int = 0
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "n_layers"):
@@ -53,8 +87,18 @@ class TransformerConfig:
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        for name, allowed in (("activation", ACTIVATIONS), ("norm", NORMS), ("mlp", MLPS), ("rope", ROPES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {sorted(allowed)}, got {getattr(self, name)!r}")
+        if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads != 0):
+            raise ValueError(f"n_kv_heads={self.n_kv_heads} must be positive and divide n_heads={self.n_heads}")
+        if self.rope != "none" and self.d_head % (4 if self.rope == "2d" else 2) != 0:
+            raise ValueError(f"{self.rope} rotary embeddings need d_head={self.d_head} divisible by "
+                             f"{4 if self.rope == '2d' else 2}")
+        if self.rope_theta <= 0:
+            raise ValueError(f"rope_theta must be positive, got {self.rope_theta}")
+        if self.n_registers < 0:
+            raise ValueError(f"n_registers must be >= 0, got {self.n_registers}")
 
     @property
     def ff_width(self) -> int:
@@ -67,3 +111,38 @@ class TransformerConfig:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    def bias_of(self, projection: str) -> bool:
+        """Whether ``qkv``, ``out`` or ``mlp`` projections have biases."""
+        value = getattr(self, f"{projection}_bias")
+        return self.bias if value is None else value
+
+
+def _option(default: object, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class BlockOptions:
+    """The block-level switches of :class:`TransformerConfig` that a task offers as its own options.
+
+    A task config inherits this and passes :meth:`block_options` on to its stacks, so every
+    task spells these options, their defaults and their help the same way.
+    """
+
+    norm: Literal["layer", "rms"] = _option("layer", "layer (LayerNorm) or rms (RMSNorm)")
+    mlp: Literal["plain", "swiglu", "geglu"] = _option("plain", "feed-forward: plain, or gated: swiglu, geglu")
+    n_kv_heads: int | None = _option(None, "key/value heads for grouped-query attention (default: n_heads)")
+    qk_norm: bool = _option(False, "normalise queries and keys per head")
+    layer_scale: float | None = _option(None, "initial per-channel residual scale, e.g. 1e-5 (default: off)")
+    bias: bool = _option(True, "biases in linear layers")
+    qkv_bias: bool | None = _option(None, "q/k/v projection biases (default: bias)")
+    out_bias: bool | None = _option(None, "attention output projection bias (default: bias)")
+    mlp_bias: bool | None = _option(None, "feed-forward biases (default: bias)")
+
+    def block_options(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(BlockOptions)}

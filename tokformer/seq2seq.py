@@ -49,7 +49,7 @@ class Seq2Seq(nn.Module):
             self.head.weight = tgt_embedder.tokens.weight
 
     def encode(self, src: TokenBatch) -> Tensor:  # -> memory [B, M, d]
-        return self.encoder(self.src_embedder(src), src.mask)
+        return self.encoder(self.src_embedder(src), src.mask, positions=src.positions)
 
     def decode(
         self,
@@ -70,6 +70,7 @@ class Seq2Seq(nn.Module):
             memory_mask,
             caches=caches,
             cross_caches=cross_caches,
+            positions=tgt.positions,
         )
         return self.head(x)
 

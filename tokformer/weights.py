@@ -12,11 +12,16 @@ RESIDUAL_PROJECTIONS = ("attn.proj", "cross_attn.proj", "mlp.fc2")
 def init_weights(module: nn.Module, n_layers: int, std: float = 0.02) -> None:
     """GPT-2 style initialisation, in place.
 
-    Linear and embedding weights ~ N(0, std), biases 0, LayerNorm 1/0. The projections
+    Linear and embedding weights ~ N(0, std), biases 0, norms 1/0, register tokens
+    N(0, std) (distinct, or they would stay interchangeable forever). The projections
     that write into the residual stream get std / sqrt(2 n_layers): each block adds two
-    such terms, so this keeps the residual's variance from growing with depth.
+    such terms, so this keeps the residual's variance from growing with depth. Layer
+    scales keep the initial value they were built with.
     """
     residual_std = std / math.sqrt(2 * n_layers)
+    for name, param in module.named_parameters():
+        if name == "registers" or name.endswith(".registers"):
+            nn.init.normal_(param, mean=0.0, std=std)
     for name, sub in module.named_modules():
         if isinstance(sub, nn.Linear):
             is_residual = name.endswith(RESIDUAL_PROJECTIONS)
@@ -25,9 +30,9 @@ def init_weights(module: nn.Module, n_layers: int, std: float = 0.02) -> None:
                 nn.init.zeros_(sub.bias)
         elif isinstance(sub, nn.Embedding):
             nn.init.normal_(sub.weight, mean=0.0, std=std)
-        elif isinstance(sub, nn.LayerNorm) and sub.elementwise_affine:
+        elif isinstance(sub, (nn.LayerNorm, nn.RMSNorm)) and sub.elementwise_affine:
             nn.init.ones_(sub.weight)
-            if sub.bias is not None:
+            if getattr(sub, "bias", None) is not None:
                 nn.init.zeros_(sub.bias)
 
 
