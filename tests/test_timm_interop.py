@@ -118,7 +118,8 @@ def test_unpicklable_and_foreign_files_are_refused(tmp_path):
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
-    [({"init_values": 1e-5}, "layer scale"), ({"reg_tokens": 2}, "register tokens"), ({"pre_norm": True}, "pre-norm")],
+    [({"reg_tokens": 2}, "register tokens with position"), ({"global_pool": "max"}, "global_pool='max'"),
+     ({"act_layer": "relu"}, "activation ReLU")],
 )
 def test_unsupported_timm_options_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -132,3 +133,81 @@ def test_fresh_tokformer_vit_exports_to_timm():
     images = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(tokenizer.batch(images)), timm_model(images), atol=1e-5, rtol=1e-5)
+
+
+def _randomise(model: torch.nn.Module) -> torch.nn.Module:
+    """Every parameter random, norms and layer scales around 1 (a zero gamma would hide the branch)."""
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            around_one = p.dim() == 1 and ("norm" in name or "gamma" in name)
+            p.copy_((1.0 if around_one else 0.0) + torch.randn(p.shape, generator=g) * 0.1)
+    return model.eval()
+
+
+# Today's families, at small sizes with each family's own options (timm's model functions add
+# only sizes to these, plus pretrained_cfg).
+FAMILIES = {
+    "deit3": {"init_values": 1e-5, "no_embed_class": True},
+    "dinov2": {"init_values": 1e-5, "img_size": 28, "patch_size": 7},
+    "dinov2-reg4": {"init_values": 1e-5, "reg_tokens": 4, "no_embed_class": True, "img_size": 28, "patch_size": 7},
+    "dinov2-swiglu": {"init_values": 1e-5, "mlp_layer": "swiglu_packed", "mlp_ratio": 2.0, "act_layer": "silu"},
+    "clip-openai": {"pre_norm": True, "act_layer": "quick_gelu"},
+    "openclip": {"pre_norm": True, "global_pool": "avg", "fc_norm": False},
+    "siglip": {"class_token": False, "global_pool": "map", "act_layer": "gelu_tanh"},
+    "qk-norm-avg": {"qk_norm": True, "global_pool": "avg", "init_values": 0.1},
+}
+
+
+def make_family(name: str) -> torch.nn.Module:
+    options = dict(FAMILIES[name])
+    if options.get("mlp_layer") == "swiglu_packed":
+        from timm.layers import SwiGLUPacked
+
+        options["mlp_layer"] = SwiGLUPacked
+    torch.manual_seed(0)
+    return _randomise(timm_vit.VisionTransformer(**{**SMALL, **options}))
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_todays_families_match_timm_and_round_trip(name):
+    timm_model = make_family(name)
+    tokenizer, model = from_timm(timm_model, mean=None, std=None)
+    images = torch.randn(3, 3, *tokenizer.image_size)
+    with torch.no_grad():
+        expected = timm_model(images)
+        torch.testing.assert_close(model.eval()(tokenizer.batch(images)), expected, atol=1e-5, rtol=1e-5)
+    spec = spec_from_timm_model(timm_model)
+    back = to_timm(model, spec)
+    assert back.state_dict().keys() == timm_model.state_dict().keys()
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in timm_model.state_dict().items())
+    with torch.no_grad():
+        torch.testing.assert_close(back(images), expected, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["dinov2-reg4", "siglip", "dinov2-swiglu", "clip-openai"])
+def test_todays_families_load_from_checkpoint_files(tmp_path, name):
+    """Shapes alone give the spec (registers, MAP head, SwiGLU, pre-norm); activation is passed."""
+    timm_model = make_family(name)
+    path = tmp_path / "vit.safetensors"
+    save_file({k: v.contiguous() for k, v in timm_model.state_dict().items()}, path)
+    activation = {"siglip": "gelu_tanh", "clip-openai": "quick_gelu", "dinov2-swiglu": "silu"}.get(name, "gelu")
+    size = timm_model.patch_embed.img_size
+    tokenizer, model = load_timm_checkpoint(path, n_heads=3, activation=activation, image_size=tuple(size))
+    tokenizer.mean = tokenizer.std = None
+    images = torch.randn(2, 3, *size)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(tokenizer.batch(images)), timm_model(images), atol=1e-5, rtol=1e-5)
+
+
+def test_from_timm_uses_the_models_own_mean_and_std():
+    timm_model = make_family("siglip")
+    timm_model.pretrained_cfg = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}  # what create_model sets
+    tokenizer, model = from_timm(timm_model)
+    assert tokenizer.mean == (0.5, 0.5, 0.5) and tokenizer.std == (0.5, 0.5, 0.5)
+    pixels = torch.rand(2, 3, 32, 32)  # images in [0, 1], as the tokenizer takes them
+    with torch.no_grad():
+        expected = timm_model((pixels - 0.5) / 0.5)
+        torch.testing.assert_close(model.eval()(tokenizer.batch(pixels)), expected, atol=1e-5, rtol=1e-5)
+    overridden, _ = from_timm(timm_model, mean=(0.1, 0.2, 0.3), std=(1.0, 1.0, 1.0))
+    assert overridden.mean == (0.1, 0.2, 0.3)

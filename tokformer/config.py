@@ -47,6 +47,8 @@ class TransformerConfig:
         rope_theta: rotary frequency base.
         n_registers: learned register tokens the encoder prepends and drops again at its
             output ("Vision Transformers Need Registers"): scratch space for global state.
+        input_norm: normalise the tokens (registers included) before the first block, as
+            CLIP's ``ln_pre`` (timm's ``norm_pre``).
     """
 
     d_model: int = 512
@@ -71,6 +73,7 @@ class TransformerConfig:
     rope: str = "none"
     rope_theta: float = 10000.0
     n_registers: int = 0
+    input_norm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "n_layers"):

@@ -65,6 +65,7 @@ class Encoder(nn.Module):
         self.cfg = cfg
         self.registers = nn.Parameter(torch.zeros(1, cfg.n_registers, cfg.d_model)) if cfg.n_registers else None
         self.rotary = _rotary(cfg)
+        self.norm_pre = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.input_norm else nn.Identity()
         self.blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.n_layers))
         self.norm = _final_norm(cfg)
         init_weights(self, cfg.n_layers)
@@ -105,6 +106,7 @@ class Encoder(nn.Module):
         if inserted:
             x = torch.cat((self.registers.expand(x.shape[0], -1, -1).to(x.dtype), x), dim=1)
             rope = prepend_identity(rope, n_reg) if rope is not None else None
+        x = self.norm_pre(x)
         layer_mask = _self_attention_mask(mask, attn_mask)
         for i, block in enumerate(self.blocks):
             cache = caches[i] if caches is not None else None
