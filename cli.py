@@ -200,7 +200,7 @@ def train(task: str | None, config_file: str | None, sets: tuple[str, ...], resu
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def evaluate(run_dir: str, checkpoint: str, device: str, batch_size: int | None, as_json: bool, quiet: bool) -> None:
-    """Evaluate a checkpoint of RUN_DIR on its task's evaluation set."""
+    """Evaluate a checkpoint of RUN_DIR, or a model folder (tokformer export), on its task's evaluation set."""
     from tokformer.engine import api
 
     metrics = api.evaluate(run_dir, checkpoint=checkpoint, device=device, batch_size=batch_size, quiet=quiet)
@@ -220,10 +220,10 @@ def evaluate(run_dir: str, checkpoint: str, device: str, batch_size: int | None,
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
 def predict(run_dir: str, inputs: tuple[str, ...], top_k: int, checkpoint: str, device: str) -> None:
-    """Run RUN_DIR's trained model on INPUTS (for classify: image files) and print its predictions."""
-    from tokformer.engine import api
+    """Run the model of RUN_DIR (or of a model folder) on INPUTS (classify: image files) and print its predictions."""
+    from tokformer.engine.pretrained import load_model
 
-    task, model = api.load_run(run_dir, checkpoint, device)
+    task, model = load_model(run_dir, checkpoint, device)
     predict_inputs = getattr(task, "predict_inputs", None)
     if predict_inputs is None:
         raise ConfigError(f"task of {run_dir} has no predict support")
@@ -247,7 +247,8 @@ def predict(run_dir: str, inputs: tuple[str, ...], top_k: int, checkpoint: str, 
 def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temperature: float, top_k: int | None,
              top_p: float | None, stops: tuple[str, ...], seed: int, no_cache: bool, checkpoint: str,
              device: str) -> None:
-    """Continue text with the language model of RUN_DIR (a `tokformer train lm` run).
+    """Continue text with the language model of RUN_DIR (a `tokformer train lm` run), a model folder
+    (tokformer export) or a Hugging Face causal-LM folder.
 
     One prompt streams as it is generated; several are generated as a batch and printed
     in order. A prompt too long for the model's context is cut from the left (a warning says so).
@@ -298,7 +299,8 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
 def translate_command(run_dir: str, sentence: str | None, in_file: str | None, out_file: str | None,
                       held_out: bool, beam_size: int | None, length_penalty: float | None, batch_size: int,
                       checkpoint: str, device: str, quiet: bool) -> None:
-    """Translate SENTENCE (or --file, or the held-out split with --eval) with a `tokformer train translate` run."""
+    """Translate SENTENCE (or --file, or the held-out split with --eval) with a `tokformer train translate` run
+    or its model folder (tokformer export)."""
     from tokformer.engine.progress import progress
     from tokformer.tasks.translate import Translator, evaluate, read_sentences, translate
 
@@ -328,6 +330,21 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
         from tokformer.engine.checkpoint import write_text_atomic
 
         write_text_atomic(Path(out_file), text)  # an interrupted run never leaves a half-written file
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("run_dir")
+@click.option("--out", required=True, metavar="DIR", help="The model folder to write (must not exist, or be empty).")
+@click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
+@click.option("--format", "fmt", type=click.Choice(["folder", "onnx"]), default="folder", show_default=True,
+              help="folder: config.json, model.safetensors and tokenizer files; onnx: the same plus model.onnx.")
+def export(run_dir: str, out: str, checkpoint: str, fmt: typing.Literal["folder", "onnx"]) -> None:
+    """Write a checkpoint of RUN_DIR as a model folder: what generate, translate, predict, evaluate
+    and tokformer.from_pretrained load, and what init_from fine-tunes."""
+    from tokformer.engine.pretrained import export_run
+
+    folder = export_run(run_dir, out, checkpoint=checkpoint, format=fmt)
+    click.echo(f"exported {run_dir} ({checkpoint} checkpoint) to {folder}")
 
 
 @main.command(context_settings=CONTEXT)

@@ -10,6 +10,7 @@ top-1 ``accuracy`` and ``top5``; every full evaluation pass also writes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -22,23 +23,34 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
-from tokformer.config import TransformerConfig
+from tokformer.config import BlockOptions, TransformerConfig
 from tokformer.engine import StepOutput, Task, register_task
+from tokformer.engine import checkpoint as ckpt
 from tokformer.engine.config import help_text
+from tokformer.engine.pretrained import folder_kind, load_model, read_json, task_name
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead, label_smoothing_cross_entropy, topk_correct
 from tokformer.tasks import image_data
 from tokformer.tokenizers.image import ImagePatchTokenizer
 from tokformer.tokenizers.registry import load_tokenizer
+from tokformer.tokenizers.timm_vit import ViTSpec, build_vit, from_timm_state_dict, read_weights, spec_from_state_dict
 
 CLASSES_FILE = "classes.json"
 TOKENIZER_DIR = "tokenizer"
+# The architecture an init_from model brought (a timm ViT spec, or a classify model's shape options):
+# a run rebuilds its model from this, never from the init_from source, which may be gone by then.
+INIT_FILE = "init_from.json"
+#: Options that fix the shape of a classify model; a tokformer init_from model sets them.
+ARCH_FIELDS = ("image_size", "patch_size", "position", "pool", "d_model", "n_heads", "n_layers", "n_registers",
+               "rope_theta", *(f.name for f in dataclasses.fields(BlockOptions)))
+HEAD = "head.proj."  # the classifier layer: re-initialised when init_from has another class count
 
 
 
 @dataclass
-class ClassifyConfig:
+class ClassifyConfig(BlockOptions):
     data: str = field(default="shapes",
         metadata=help_text("shapes (built in), a class-folder dir, or cifar10, mnist, ..."))
     data_root: str = field(default="data", metadata=help_text("where torchvision datasets live or are downloaded to"))
@@ -49,8 +61,12 @@ class ClassifyConfig:
     data_seed: int = field(default=1234, metadata=help_text("seed of the built-in data and of folder splits"))
     image_size: int = field(default=32, metadata=help_text("training image side in pixels"))
     patch_size: int = field(default=8, metadata=help_text("patch side in pixels"))
-    position: Literal["sincos", "learned"] = field(default="sincos", metadata=help_text("2-D position code"))
-    pool: Literal["cls", "mean"] = field(default="cls", metadata=help_text("class token or mean of patch tokens"))
+    position: Literal["sincos", "learned", "rope"] = field(default="sincos", metadata=help_text(
+        "2-D positions: sincos or learned codes added to patches, or rope (rotary, in attention)"))
+    rope_theta: float = field(default=100.0, metadata=help_text("rotary frequency base (position=rope)"))
+    pool: Literal["cls", "mean", "map"] = field(default="cls", metadata=help_text(
+        "class token, mean of patch tokens, or map (attention pooling)"))
+    n_registers: int = field(default=0, metadata=help_text("register tokens (scratch tokens dropped at the output)"))
     d_model: int = field(default=64, metadata=help_text("token width"))
     n_heads: int = field(default=4, metadata=help_text("attention heads"))
     n_layers: int = field(default=4, metadata=help_text("encoder blocks"))
@@ -60,6 +76,9 @@ class ClassifyConfig:
     flip: bool = field(default=True, metadata=help_text("random horizontal flips"))
     mixup: float = field(default=0.0, metadata=help_text("mixup alpha (0 = off)"))
     cutmix: float = field(default=0.0, metadata=help_text("cutmix alpha (0 = off)"))
+    init_from: str = field(default="", metadata=help_text(
+        "fine-tune from: a timm ViT file (.safetensors, .pth, .bin), a timm hub folder, or a classify model "
+        "folder or run; the model's shape (and a timm model's normalisation) comes from it"))
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -80,13 +99,15 @@ class ClassifyConfig:
 
     def tokenizer(self) -> ImagePatchTokenizer:
         return ImagePatchTokenizer(
-            self.patch_size, self.image_size, position=self.position, class_token=self.pool == "cls"
+            self.patch_size, self.image_size, position="none" if self.position == "rope" else self.position,
+            class_token=self.pool == "cls"
         )
 
     def transformer(self) -> TransformerConfig:
         return TransformerConfig(
             d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers, dropout=self.dropout,
-            activation="gelu", norm_eps=1e-6,
+            activation="gelu", norm_eps=1e-6, rope="2d" if self.position == "rope" else "none",
+            rope_theta=self.rope_theta, n_registers=self.n_registers, **self.block_options(),
         )
 
 
@@ -105,6 +126,9 @@ class ClassifyTask(Task):
         self.run_dir: Path | None = None
         self._eval_set: Dataset | None = None
         self._confusion: Tensor | None = None  # [C, C] counts of the running eval pass (true, predicted)
+        self._vit_spec: ViTSpec | None = None  # the shape of a timm init_from model (its head: ours)
+        self._init_record: dict[str, Any] | None = None  # what INIT_FILE holds
+        self._init_state: dict[str, Tensor] | None = None  # init_from weights, our key names, until build_model
 
     # -- data --------------------------------------------------------------------------
 
@@ -125,6 +149,8 @@ class ClassifyTask(Task):
 
     def train_dataset(self) -> Dataset:
         train, self._eval_set = self._datasets()
+        if self.config.init_from and self._init_record is None:  # a new run (resume loaded the record)
+            self._read_init_from()
         c = self.config
         return _Tagged(image_data.Augmented(train, image_data.train_transform(c.image_size, c.crop_scale, c.flip)))
 
@@ -164,10 +190,70 @@ class ClassifyTask(Task):
         if not self.classes:
             raise ConfigError("the classify task needs its classes: build datasets or load assets first")
         c = self.config
-        head = ClassificationHead(
-            c.d_model, len(self.classes), pool=c.pool, n_prefix=int(c.pool == "cls"), dropout=c.dropout
-        )
-        return EncoderClassifier(self.tokenizer.build_embedder(c.d_model), c.transformer(), head)
+        if self._vit_spec is not None:  # timm's block layout (final norm, fc_norm, d_ff...): build_vit knows it
+            model = build_vit(dataclasses.replace(self._vit_spec, n_classes=len(self.classes)))[1]
+        else:
+            head = ClassificationHead(
+                c.d_model, len(self.classes), pool=c.pool, n_prefix=int(c.pool == "cls"), dropout=c.dropout,
+                pool_heads=c.n_heads,
+            )
+            model = EncoderClassifier(self.tokenizer.build_embedder(c.d_model), c.transformer(), head)
+        if self._init_state is not None:
+            self._load_init_state(model)
+        return model
+
+    # -- fine-tuning (init_from) -------------------------------------------------------
+
+    def _read_init_from(self) -> None:
+        """Take tokenizer, architecture and weights from ``init_from``; the weights wait for build_model."""
+        source = Path(self.config.init_from)
+        if source.is_file():
+            self._from_timm(read_weights(source), {})
+            return
+        kind = folder_kind(source)
+        if kind == "timm":
+            self._from_timm(read_weights(_timm_weights_file(source)), read_json(source / "config.json"))
+            return
+        task, model = load_model(source)
+        if not isinstance(task, ClassifyTask):
+            raise ConfigError(f"init_from {source} holds a '{task_name(task)}' model; classify needs an image "
+                              "classifier (a ViT): the architectures differ")
+        if task._vit_spec is not None:
+            self._vit_spec = task._vit_spec
+            self._init_record = {"vit_spec": _spec_dict(task._vit_spec)}
+        else:
+            self._init_record = {"config": {name: getattr(task.config, name) for name in ARCH_FIELDS}}
+            self.config = dataclasses.replace(self.config, **self._init_record["config"])
+        self.tokenizer = task.tokenizer
+        self._init_state = model.state_dict()
+
+    def _from_timm(self, state: dict[str, Tensor], hub_config: dict[str, Any]) -> None:
+        """A timm ViT state dict (and its hub ``config.json``, if any) -> spec, tokenizer, initial weights."""
+        pretrained = hub_config.get("pretrained_cfg") or {}
+        overrides: dict[str, Any] = {}
+        if "input_size" in pretrained:
+            overrides["image_size"] = tuple(pretrained["input_size"][1:])
+        if hub_config.get("global_pool") in ("token", "avg"):
+            overrides["pool"] = {"token": "cls", "avg": "mean"}[hub_config["global_pool"]]
+        if "num_heads" in (hub_config.get("model_args") or {}):
+            overrides["n_heads"] = hub_config["model_args"]["num_heads"]
+        if "head.weight" not in state:  # a headless (feature) checkpoint: the head is ours anyway
+            overrides["n_classes"] = len(self.classes)
+        spec = spec_from_state_dict(state, **overrides)
+        norm = {key: pretrained[key] for key in ("mean", "std") if key in pretrained}
+        with torch.device("meta"):  # only the tokenizer is wanted now: skip allocating and initialising weights
+            self.tokenizer = build_vit(spec, **norm)[0]
+        self._vit_spec = spec
+        self._init_record = {"vit_spec": _spec_dict(spec)}
+        self._init_state = from_timm_state_dict(state, spec)
+
+    def _load_init_state(self, model: EncoderClassifier) -> None:
+        """init_from's weights into ``model``; its head is kept only if the class count matches."""
+        state, fresh = dict(self._init_state or {}), model.state_dict()
+        if any(k.startswith(HEAD) and v.shape != fresh[k].shape for k, v in state.items() if k in fresh):
+            state.update({k: v for k, v in fresh.items() if k.startswith(HEAD)})
+        ckpt.load_fitting(model, state, f"init_from {self.config.init_from}", "its architecture")
+        self._init_state = None  # loaded once; a rebuilt model (load_run) gets checkpoint weights instead
 
     def step(self, model: nn.Module, batch: dict[str, Any]) -> StepOutput:
         logits = model(batch["tokens"]).float()  # [B, C]
@@ -198,6 +284,8 @@ class ClassifyTask(Task):
         self.run_dir = run_dir
         self.tokenizer.save(run_dir / TOKENIZER_DIR)
         (run_dir / CLASSES_FILE).write_text(json.dumps(self.classes, indent=1) + "\n", encoding="utf-8")
+        if self._init_record is not None:
+            (run_dir / INIT_FILE).write_text(json.dumps(self._init_record, indent=1) + "\n", encoding="utf-8")
 
     def load_assets(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -209,6 +297,21 @@ class ClassifyTask(Task):
             self.classes = json.loads((run_dir / CLASSES_FILE).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
             raise DataError(f"cannot read the class names of {run_dir}: {err}") from None
+        if (run_dir / INIT_FILE).is_file():
+            self._apply_init_record(run_dir / INIT_FILE)
+
+    def _apply_init_record(self, file: Path) -> None:
+        """The architecture an init_from model gave this run (its weights come from the checkpoint)."""
+        record = read_json(file)
+        try:
+            if "vit_spec" in record:
+                spec = dict(record["vit_spec"], image_size=tuple(record["vit_spec"]["image_size"]))
+                self._vit_spec = ViTSpec(**spec)
+            else:
+                self.config = dataclasses.replace(self.config, **record["config"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"{file}: not an init_from architecture record ({err})") from None
+        self._init_record = record
 
     def predict(self, model: nn.Module, images: Sequence[Any], top_k: int = 5) -> list[list[tuple[str, float]]]:
         """Top ``top_k`` (class, probability) pairs per image (PIL images, tensors or file paths)."""
@@ -227,6 +330,14 @@ class ClassifyTask(Task):
         for path, ranked in zip(inputs, self.predict(model, inputs, top_k), strict=True):
             lines.append(f"{path}: " + ", ".join(f"{name} {p:.3f}" for name, p in ranked))
         return lines
+
+    def export_example(self) -> tuple[TokenBatch]:
+        """``model(*args)`` arguments to trace for export: two random images of the training size,
+        tokenized as ``predict`` does (2 samples, so the traced batch dimension stays dynamic).
+        A learned position table traces at its training grid only (see ``PatchEmbedder``)."""
+        images = torch.rand(2, self.tokenizer.channels, *self.tokenizer.image_size,
+                            generator=torch.Generator().manual_seed(0))  # [2, C, H, W] in [0, 1]
+        return (self.tokenizer.batch(images),)
 
 
 def plot_confusion(counts: Tensor, classes: list[str], path: Path) -> None:
@@ -279,12 +390,29 @@ class _Tagged(Dataset):
 
 
 def predict(
-    run_dir: str | Path, images: Sequence[Any], *, top_k: int = 5, checkpoint: str = "best", device: str = "cpu"
+    source: str | os.PathLike | tuple[Task, nn.Module], images: Sequence[Any], *, top_k: int = 5,
+    checkpoint: str = "best", device: str = "cpu",
 ) -> list[list[tuple[str, float]]]:
-    """Top ``top_k`` (class, probability) per image from a trained run: the Python form of ``tokformer predict``."""
-    from tokformer.engine import load_run
+    """Top ``top_k`` (class, probability) per image: the Python form of ``tokformer predict``.
 
-    task, model = load_run(run_dir, checkpoint, device)
+    ``source`` is a classify run directory (weights of ``checkpoint``), a model folder, or the
+    ``(task, model)`` pair of :func:`tokformer.from_pretrained`: load once and pass the pair when
+    predicting many times, since loading a path rebuilds the model.
+    """
+    task, model = source if isinstance(source, tuple) else load_model(source, checkpoint, device)
     if not isinstance(task, ClassifyTask):
-        raise ConfigError(f"{run_dir} is not a classify run")
+        raise ConfigError(f"{source if not isinstance(source, tuple) else 'the model'} is not a classify model")
     return task.predict(model, images, top_k)
+
+
+def _spec_dict(spec: ViTSpec) -> dict[str, Any]:
+    """A ViTSpec as JSON (its tuple image size as a list)."""
+    return {**dataclasses.asdict(spec), "image_size": list(spec.image_size)}
+
+
+def _timm_weights_file(folder: Path) -> Path:
+    """The weights of a timm hub folder: safetensors preferred, else the pickle read with weights_only."""
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (folder / name).is_file():
+            return folder / name
+    raise ConfigError(f"timm folder {folder} has neither model.safetensors nor pytorch_model.bin")

@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 
 from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
-from tokformer.config import TransformerConfig
+from tokformer.config import BlockOptions, TransformerConfig
 from tokformer.engine import StepOutput, Task, register_task
 from tokformer.engine.config import help_text
 from tokformer.errors import ConfigError, DataError
@@ -57,7 +57,7 @@ def register_graphs(name: str, graphs: Sequence[nx.Graph], labels: Sequence[int 
 
 
 @dataclass
-class GraphConfig:
+class GraphConfig(BlockOptions):
     data: str = field(default="csl", metadata=help_text(
         "csl, cycles, a directory DIR/<class>/<graph files>, a manifest .csv (path,label), or a register_graphs name"))
     classes: list[str] | None = field(default=None, metadata=help_text("class set in label order (default: from data)"))
@@ -83,6 +83,7 @@ class GraphConfig:
     n_heads: int = field(default=4, metadata=help_text("attention heads"))
     n_layers: int = field(default=3, metadata=help_text("encoder blocks"))
     dropout: float = field(default=0.0, metadata=help_text("dropout"))
+    n_registers: int = field(default=0, metadata=help_text("register tokens (scratch tokens dropped at the output)"))
 
     def __post_init__(self) -> None:
         for name in ("per_class", "k"):
@@ -96,7 +97,8 @@ class GraphConfig:
 
     def transformer(self) -> TransformerConfig:
         return TransformerConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
-                                 dropout=self.dropout, activation="gelu")
+                                 dropout=self.dropout, activation="gelu", n_registers=self.n_registers,
+                                 **self.block_options())
 
     def tokenizer(self) -> GraphTokenizer:
         return GraphTokenizer(
@@ -219,3 +221,16 @@ class GraphTask(Task):
         ranked = self.predict(model, [read_graph(Path(path)) for path in inputs], top_k)
         return [f"{path}: " + ", ".join(f"{name} {p:.3f}" for name, p in best)
                 for path, best in zip(inputs, ranked, strict=True)]
+
+    def export_example(self) -> tuple[TokenBatch]:
+        """``model(*args)`` arguments to trace for export: a 5-cycle and a 7-node path, tokenized
+        without sign flips (2 graphs of different sizes, so the traced batch and node dimensions
+        stay dynamic). Node attributes, if the model reads any, get a known value each."""
+        tok = self.tokenizer
+        graphs = [nx.cycle_graph(5), nx.path_graph(7)]
+        for name in tok.node_attributes:
+            known = tok.categories.get(name)  # None: a numeric attribute
+            value = 0.0 if known is None else known[0] if known else "unseen"
+            for graph in graphs:
+                nx.set_node_attributes(graph, value, name)
+        return (tok.collate([tok.encode(graph) for graph in graphs]),)

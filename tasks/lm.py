@@ -16,6 +16,8 @@ baseline. :func:`generate_text` is the Python form of ``tokformer generate``.
 from __future__ import annotations
 
 import codecs
+import dataclasses
+import json
 import logging
 import math
 import os
@@ -27,16 +29,19 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
-from tokformer.config import TransformerConfig
-from tokformer.engine import StepOutput, Task, load_run, register_task
+from tokformer.config import BlockOptions, TransformerConfig
+from tokformer.engine import StepOutput, Task, register_task
+from tokformer.engine import checkpoint as ckpt
 from tokformer.engine.api import resolve_config, saved_config
 from tokformer.engine.config import help_text
+from tokformer.engine.pretrained import folder_kind, load_model, read_json, saved_task_name
 from tokformer.engine.progress import LOGGER
 from tokformer.errors import ConfigError, DataError, UsageError
 from tokformer.generation import generate, left_pad
@@ -49,16 +54,24 @@ from tokformer.weights import init_weights
 EOT = "<|endoftext|>"
 TOKENIZER_DIR = "tokenizer"
 CORPUS_DIR = "corpus"
+# The shape an init_from model gave a run: the run rebuilds its model from this, never from the
+# init_from source, which may be gone by then.
+INIT_FILE = "init_from.json"
+#: LMConfig options that are about data and training, not the model's shape: init_from keeps ours.
+NOT_SHAPE = frozenset({"data", "stdlib_bytes", "tokenizer", "vocab_size", "tokenizer_chars", "val_fraction",
+                       "data_seed", "dropout", "init_from"})
 log = logging.getLogger(LOGGER)
 
 
 
 @dataclass
-class LMConfig:
+class LMConfig(BlockOptions):
     data: str = field(default="stdlib",
         metadata=help_text("stdlib (built in), or comma-separated files, folders, globs"))
     stdlib_bytes: int = field(default=3_000_000, metadata=help_text("size of the built-in stdlib corpus in bytes"))
     tokenizer: str = field(default="", metadata=help_text("saved BPE tokenizer dir to use (default: train one)"))
+    init_from: str = field(default="", metadata=help_text(
+        "fine-tune from a model folder, lm run or Hugging Face folder: its tokenizer and shape replace ours"))
     vocab_size: int = field(default=1024, metadata=help_text("BPE vocabulary size when training the tokenizer"))
     tokenizer_chars: int = field(default=2_000_000, metadata=help_text("characters of the corpus the BPE trains on"))
     val_fraction: float = field(default=0.05, metadata=help_text("held-out share of the tokens (whole documents)"))
@@ -70,6 +83,17 @@ class LMConfig:
     d_ff: int | None = field(default=None, metadata=help_text("feed-forward width (default 4*d_model)"))
     dropout: float = field(default=0.0, metadata=help_text("dropout"))
     tie_embeddings: bool = field(default=True, metadata=help_text("share the input embedding with the output layer"))
+    position: Literal["learned", "rope", "none"] = field(default="learned", metadata=help_text(
+        "learned table (GPT-2), rope (rotary, Llama) or none"))
+    rope_theta: float = field(default=10000.0, metadata=help_text("rotary frequency base (position=rope)"))
+    activation: str = field(default="gelu", metadata=help_text(
+        "feed-forward activation: gelu, gelu_tanh, quick_gelu, relu, silu"))
+    norm_eps: float = field(default=1e-5, metadata=help_text("norm epsilon"))
+    bos_token: str | None = field(default=EOT, metadata=help_text(
+        "token every prompt starts with, as training documents do (none: no prefix)"))
+    eos_token: str | None = field(default=EOT, metadata=help_text("token that ends a generated continuation"))
+    embedding_rows: int | None = field(default=None, metadata=help_text(
+        "rows of the embedding table and output layer (default: the tokenizer's vocabulary; a loaded model may pad)"))
 
     def __post_init__(self) -> None:
         for name in ("stdlib_bytes", "vocab_size", "tokenizer_chars", "context_len"):
@@ -77,18 +101,26 @@ class LMConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        if self.init_from and self.tokenizer:
+            raise ValueError("init_from brings its own tokenizer: drop tokenizer=")
         self.transformer()  # validate the model shape now, not halfway into a run
 
     def transformer(self) -> TransformerConfig:
         return TransformerConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers, d_ff=self.d_ff,
-                                 dropout=self.dropout, activation="gelu", norm_first=True)
+                                 dropout=self.dropout, activation=self.activation, norm_first=True,
+                                 norm_eps=self.norm_eps, rope="1d" if self.position == "rope" else "none",
+                                 rope_theta=self.rope_theta, **self.block_options())
 
 
 def build_lm(tokenizer: BPETokenizer, cfg: LMConfig) -> CausalLM:
     """The decoder-only model for ``tokenizer``'s vocabulary; positions up to ``context_len``."""
     tokenizer.max_length = cfg.context_len
-    embedder = tokenizer.build_embedder(cfg.d_model, dropout=cfg.dropout)
-    model = CausalLM(embedder, cfg.transformer(), tokenizer.vocab_size, tie_embeddings=cfg.tie_embeddings)
+    rows = cfg.embedding_rows or tokenizer.vocab_size
+    if rows < tokenizer.vocab_size:
+        raise ConfigError(f"embedding_rows={rows} is fewer than the tokenizer's {tokenizer.vocab_size} tokens")
+    embedder = tokenizer.build_embedder(cfg.d_model, dropout=cfg.dropout, positions=cfg.position == "learned",
+                                        rows=rows)
+    model = CausalLM(embedder, cfg.transformer(), rows, tie_embeddings=cfg.tie_embeddings)
     init_weights(model, cfg.n_layers)  # GPT-2's: N(0, 0.02), scaled residual projections
     return model
 
@@ -101,7 +133,7 @@ def token_nll(model: nn.Module, windows: Tensor) -> tuple[Tensor, int]:
     inputs, targets = windows[:, :-1], windows[:, 1:]  # [B, T] each
     positions = torch.arange(inputs.shape[1], device=inputs.device).expand_as(inputs)
     tokens = TokenBatch(ids=inputs, mask=torch.ones_like(inputs, dtype=torch.bool), positions=positions)
-    logits = model(tokens).float()  # [B, T, V]
+    logits = model(tokens, padded=False).float()  # [B, T, V]; packed windows hold no padding
     nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
     return nll, targets.numel()
 
@@ -118,6 +150,8 @@ class LMTask(Task):
         self.corpus: lm_data.TokenCorpus | None = None
         self._staging: Path | None = None
         self._run_dir: Path | None = None
+        self._init_record: dict | None = None  # what INIT_FILE holds
+        self._init_state: dict[str, Tensor] | None = None  # init_from weights, until build_model
 
     # -- data ------------------------------------------------------------------------
 
@@ -127,10 +161,12 @@ class LMTask(Task):
         engine asks for datasets before it tells the task where the run lives)."""
         if self.corpus is not None:
             return self.corpus
-        if self._run_dir is not None:
+        if self._run_dir is not None and (self._run_dir / CORPUS_DIR).is_dir():
             self.corpus = lm_data.TokenCorpus(self._run_dir / CORPUS_DIR)
             return self.corpus
-        c = self.config
+        c = self.config  # a new run, or a model folder (no corpus in it): encode the data
+        if c.init_from and self._init_record is None:
+            self._read_init_from()
         paths = lm_data.resolve_sources(c.data, c.stdlib_bytes)
         random.Random(c.data_seed).shuffle(paths)
         if self.tokenizer is None:
@@ -180,7 +216,36 @@ class LMTask(Task):
         if self.tokenizer is None:
             self._prepare()
         assert self.tokenizer is not None
-        return build_lm(self.tokenizer, self.config)
+        model = build_lm(self.tokenizer, self.config)
+        if self._init_state is not None:
+            ckpt.load_fitting(model, self._init_state, f"init_from {self.config.init_from}", "its config")
+            self._init_state = None  # loaded once; a rebuilt model (load_run) gets checkpoint weights instead
+        return model
+
+    def _read_init_from(self) -> None:
+        """Tokenizer, shape and weights from ``init_from``; the weights wait for build_model."""
+        source = self.config.init_from
+        if Path(source).is_file() or folder_kind(source) == "timm":
+            raise ConfigError(f"init_from {source} is an image model's weights (timm), not a language-model folder: "
+                              "the architectures differ")
+        task, model = load_model(source)
+        if not isinstance(task, LMTask) or task.tokenizer is None:
+            raise ConfigError(f"init_from {source} holds a '{type(task).__name__}' model; lm needs a language model: "
+                              "the architectures differ")
+        if EOT not in task.tokenizer.special_tokens:
+            raise ConfigError(f"the tokenizer of init_from {source} has no {EOT} token to separate documents")
+        self._apply_init_record({"config": {k: v for k, v in dataclasses.asdict(task.config).items()
+                                            if k not in NOT_SHAPE}})
+        self.tokenizer = task.tokenizer
+        self._init_state = model.state_dict()
+
+    def _apply_init_record(self, record: dict) -> None:
+        """Adopt the shape options an init_from model brought (``record["config"]``)."""
+        try:
+            self.config = dataclasses.replace(self.config, **record["config"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"init_from {self.config.init_from}: cannot adopt its shape ({err})") from None
+        self._init_record = record
 
     def step(self, model: nn.Module, batch: Tensor) -> StepOutput:
         nll, n = token_nll(model, batch)
@@ -193,6 +258,8 @@ class LMTask(Task):
         self._run_dir = run_dir
         assert self.tokenizer is not None
         self.tokenizer.save(run_dir / TOKENIZER_DIR)
+        if self._init_record is not None:
+            (run_dir / INIT_FILE).write_text(json.dumps(self._init_record, indent=1) + "\n", encoding="utf-8")
         if self.corpus is not None and self._staging is not None:
             self.corpus.move_to(run_dir / CORPUS_DIR)
             shutil.rmtree(self._staging, ignore_errors=True)
@@ -202,6 +269,16 @@ class LMTask(Task):
         """The tokenizer now; the corpus only when a dataset is asked for (generation needs none)."""
         self._run_dir = run_dir
         self.tokenizer = BPETokenizer.load(run_dir / TOKENIZER_DIR)
+        if (run_dir / INIT_FILE).is_file():
+            self._apply_init_record(read_json(run_dir / INIT_FILE))
+
+    def export_example(self) -> tuple[TokenBatch]:
+        """``model(*args)`` arguments to trace for export: two texts of different lengths, tokenized
+        and right-padded by the run's BPE, cut to the context (2 samples of several tokens, so the
+        traced batch and sequence dimensions stay dynamic)."""
+        assert self.tokenizer is not None, "load the task's assets (or build its data) first"
+        texts = ["def add(a, b):\n    return a + b\n", "x = [1, 2]"]
+        return (self.tokenizer.batch(texts, max_length=self.config.context_len, truncation=True),)
 
 
 # -- inference ---------------------------------------------------------------------------
@@ -214,20 +291,31 @@ class LoadedLM:
     tokenizer: BPETokenizer
     model: CausalLM
     context_len: int
+    bos_token: str | None = EOT
+    eos_token: str | None = EOT
 
     @property
-    def eot_id(self) -> int:
-        return self.tokenizer.token_to_id(EOT)
+    def bos_id(self) -> int | None:
+        """The token every prompt starts with (what training documents start after), or None."""
+        return None if self.bos_token is None else self.tokenizer.token_to_id(self.bos_token)
+
+    @property
+    def eos_id(self) -> int | None:
+        """The token that ends a continuation, or None."""
+        return None if self.eos_token is None else self.tokenizer.token_to_id(self.eos_token)
 
 
-def load_lm(run_dir: str | os.PathLike, checkpoint: str = "best", device: str | torch.device = "cpu") -> LoadedLM:
-    """Tokenizer and model (``checkpoint``: best, latest or a step) of an ``lm`` run."""
-    name = saved_config(Path(run_dir)).get("task", {}).get("name")
-    if name != "lm":
-        raise UsageError(f"{run_dir} is a run of task '{name}', not of 'lm'; generation needs a language model")
-    task, model = load_run(run_dir, checkpoint, device)
-    assert isinstance(task, LMTask) and task.tokenizer is not None and isinstance(model, CausalLM)
-    return LoadedLM(task.tokenizer, model, task.config.context_len)
+def load_lm(path: str | os.PathLike, checkpoint: str = "best", device: str | torch.device = "cpu") -> LoadedLM:
+    """Tokenizer and model of an ``lm`` run (weights of ``checkpoint``: best, latest or a step),
+    a model folder (tokformer export) or a Hugging Face causal-LM folder."""
+    name = saved_task_name(path)  # refuse another task's run before loading its weights
+    if name not in (None, "lm"):
+        raise UsageError(f"{path} is a run of task '{name}', not of 'lm'; generation needs a language model")
+    task, model = load_model(path, checkpoint, device)
+    if not isinstance(task, LMTask) or task.tokenizer is None:
+        raise UsageError(f"{path} holds a '{type(task).__name__}' model, not a language model")
+    c = task.config
+    return LoadedLM(task.tokenizer, model, c.context_len, c.bos_token, c.eos_token)
 
 
 def held_out_perplexity(model: nn.Module, dataset: lm_data.WindowDataset, batch_size: int = 32) -> float:
@@ -332,7 +420,8 @@ def generate_text(
     """Continue each prompt with a trained language model; the Python form of ``tokformer generate``.
 
     Args:
-        source: an ``lm`` run directory, or a :class:`LoadedLM` (see :func:`load_lm`).
+        source: an ``lm`` run directory, a model folder, a Hugging Face causal-LM folder, or a
+            :class:`LoadedLM` (see :func:`load_lm`).
         prompts: one text or several; several are generated as one left-padded batch and
             each gets exactly what it would get alone (greedy; sampling draws differ).
         max_new_tokens: the most tokens per prompt. Generation also ends at end-of-text.
@@ -343,8 +432,9 @@ def generate_text(
         use_cache: keep past keys/values (fast); False recomputes the whole sequence per token.
         on_text: called with (prompt index, text) as whole characters become available: streaming.
 
-    Every prompt is preceded by the end-of-text token, the context documents start in
-    during training. A prompt too long for the model's context is cut from the left
+    Every prompt is preceded by the model's ``bos_token`` (for a model trained here the
+    end-of-text token, which documents start after in training; for a Hugging Face model
+    what its tokenizer adds, often nothing). A prompt too long for the model's context is cut from the left
     with a warning (see :func:`_fit_context`). Returns the continuations (prompts excluded).
     """
     lm = source if isinstance(source, LoadedLM) else load_lm(source, checkpoint, device)
@@ -358,9 +448,10 @@ def generate_text(
     except ValueError as err:
         raise UsageError(str(err)) from None
     stop = [stop] if isinstance(stop, str) else list(stop)
-    encoded = [[lm.eot_id, *lm.tokenizer.encode(t)] for t in texts]
+    prefix = [] if lm.bos_id is None else [lm.bos_id]
+    encoded = [[*prefix, *lm.tokenizer.encode(t)] for t in texts]
     encoded, max_new_tokens = _fit_context(encoded, max_new_tokens, lm.context_len)
-    ids, mask = left_pad(encoded, pad_id=lm.eot_id)
+    ids, mask = left_pad(encoded)
     streams = [TextStream(lm.tokenizer, stop) for _ in texts]
     window = max((len(s.encode()) for s in stop if s), default=0)
     stop_fn = None
@@ -372,14 +463,14 @@ def generate_text(
         for row, token in enumerate(next_ids.tolist()):
             if not was_running[row]:
                 continue
-            piece = streams[row].finish() if token == lm.eot_id else streams[row].feed(token)
+            piece = streams[row].finish() if token == lm.eos_id else streams[row].feed(token)
             if piece and on_text is not None:
                 on_text(row, piece)
             was_running[row] = bool(running[row])
 
     device_ = next(lm.model.parameters()).device
     generator = torch.Generator(device=device_).manual_seed(seed)
-    generate(lm.model, ids, mask, max_new_tokens=max_new_tokens, sampling=sampling, eos_id=lm.eot_id, stop=stop_fn,
+    generate(lm.model, ids, mask, max_new_tokens=max_new_tokens, sampling=sampling, eos_id=lm.eos_id, stop=stop_fn,
              use_cache=use_cache, generator=generator, on_token=on_token)
     for row, stream in enumerate(streams):
         piece = stream.finish()

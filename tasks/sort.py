@@ -134,3 +134,10 @@ class SortTask(Task):
         tokens = self.collate([(ids, ids)])["tokens"].to(next(model.parameters()).device)
         with torch.no_grad():
             return model(tokens).argmax(-1)[0].tolist()
+
+    def export_example(self) -> tuple[TokenBatch]:
+        """``model(*args)`` arguments to trace for export: two random digit sequences, collated
+        as for training (2 samples, so the traced batch dimension stays dynamic)."""
+        c = self.config
+        digits = make_sequences(2, c.seq_len, c.vocab, c.data_seed)  # [2, seq_len]
+        return (self.collate([(row, row) for row in digits])["tokens"],)

@@ -30,8 +30,9 @@ from torch import nn
 
 from tokformer.batch import TokenBatch
 from tokformer.beam_search import DecodeConfig, beam_search, greedy_decode
-from tokformer.config import TransformerConfig
-from tokformer.engine import StepOutput, Task, load_run, register_task
+from tokformer.config import BlockOptions, TransformerConfig
+from tokformer.engine import StepOutput, Task, register_task
+from tokformer.engine.pretrained import load_model
 from tokformer.errors import ConfigError, DataError
 from tokformer.seq2seq import Seq2Seq
 from tokformer.tasks.numbers_de import number_pairs, split_numbers
@@ -53,7 +54,7 @@ SHARED_DIR, SRC_DIR, TGT_DIR = "tokenizer", "tokenizer_src", "tokenizer_tgt"
 
 
 @dataclass
-class TranslateConfig:
+class TranslateConfig(BlockOptions):
     #: Engine settings that suit this task (flags and config files still win): the default
     #: data is learned to high held-out exact match with these in a few CPU minutes.
     train_defaults: ClassVar[dict[str, Any]] = {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 150,
@@ -120,7 +121,7 @@ class TranslateConfig:
 
     def stack(self, layers: int) -> TransformerConfig:
         return TransformerConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=layers, d_ff=self.d_ff,
-                                 dropout=self.dropout)
+                                 dropout=self.dropout, **self.block_options())
 
     def decode_config(self, beam_size: int | None = None, length_penalty: float | None = None) -> DecodeConfig:
         """Decoding settings: the run's, with the caller's beam size and length penalty where given."""
@@ -270,6 +271,16 @@ class TranslateTask(Task):
             loaded.append(tok)
         self.src_tok, self.tgt_tok = loaded
 
+    def export_example(self) -> tuple[TokenBatch, TokenBatch]:
+        """``model(*args)`` arguments to trace for export: (source, shifted target) of two sentence
+        pairs of different lengths, collated as for training (2 samples of several tokens per
+        side, so the traced batch and both sequence dimensions stay dynamic)."""
+        src_tok, tgt_tok = self.tokenizers()
+        pairs = [("three hundred twenty-four", "dreihundertvierundzwanzig"), ("seven", "sieben")]
+        limit = self.config.max_len
+        batch = self.collate([(src_tok.encode(s)[:limit], tgt_tok.encode(t)[:limit]) for s, t in pairs])
+        return batch.src, batch.tgt_in
+
 
 class Translator:
     """A trained translation model with its tokenizers: what :func:`translate` runs.
@@ -282,10 +293,11 @@ class Translator:
         self.src_tok, self.tgt_tok = task.tokenizers()
 
     @classmethod
-    def load(cls, run_dir: str | os.PathLike, checkpoint: str = "best", device: str = "cpu") -> Translator:
-        task, model = load_run(run_dir, checkpoint, device)
+    def load(cls, path: str | os.PathLike, checkpoint: str = "best", device: str = "cpu") -> Translator:
+        """From a translate run directory (its ``checkpoint``) or a model folder (tokformer export)."""
+        task, model = load_model(path, checkpoint, device)
         if not isinstance(task, TranslateTask):
-            raise ConfigError(f"{run_dir} is a '{type(task).__name__}' run, not a translate run")
+            raise ConfigError(f"{path} is a '{type(task).__name__}' run, not a translate run")
         return cls(task, model)
 
     def translate(self, sentences: Sequence[str], *, beam_size: int | None = None,
@@ -329,7 +341,7 @@ def translate(run_dir_or_model: str | os.PathLike | Translator, sentences: Seque
     """Translate sentences with a trained run; the Python form of ``tokformer translate``.
 
     Args:
-        run_dir_or_model: a run directory of ``tokformer train translate`` or a loaded
+        run_dir_or_model: a run directory of ``tokformer train translate``, a model folder, or a loaded
             :class:`Translator` (load once with ``Translator.load`` for repeated calls).
         sentences: source sentences, one per item.
         beam_size: 1 is greedy decoding; default: the run's ``beam_size`` (4).

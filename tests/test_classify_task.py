@@ -130,3 +130,35 @@ def test_bad_model_options_fail_before_any_data_is_made(tmp_path, options, messa
     flags = [f"-o{k}={v}" for k, v in options.items()]
     result = invoke("train", "classify", *flags, "--run-dir", str(tmp_path / "r"), "-q")
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_train_a_modern_vit_from_task_options(tmp_path):
+    """2-D RoPE, registers, attention pooling, layer scale, SwiGLU, RMSNorm, GQA, q/k norm: all task options."""
+    from tokformer.layers import GatedFeedForward, LayerScale
+
+    run = tmp_path / "run"
+    modern = {"position": "rope", "n_registers": 2, "pool": "map", "layer_scale": 1e-2, "mlp": "swiglu",
+              "norm": "rms", "n_kv_heads": 1, "qk_norm": True}
+    train("classify", run_dir=str(run), quiet=True, train_size=32, eval_size=16, **TINY_MODEL, **TINY_TRAIN,
+          **modern)
+    result = invoke("predict", str(run), *map(str, _pngs(tmp_path, 2)), "--top-k", "2")
+    assert result.exit_code == 0, result.output
+    from tokformer.engine import load_run
+
+    task, model = load_run(run)
+    block = model.encoder.blocks[0]
+    assert model.encoder.rotary.dims == 2 and model.embedder.sincos is None and model.embedder.pos_embed is None
+    assert model.encoder.registers.shape == (1, 2, 16) and model.head.attn_pool is not None
+    assert isinstance(block.ls1, LayerScale) and isinstance(block.mlp, GatedFeedForward)
+    assert isinstance(block.norm1, torch.nn.RMSNorm) and block.attn.n_kv_heads == 1
+    assert isinstance(block.attn.q_norm, torch.nn.RMSNorm)
+
+
+def _pngs(root, n):
+    paths = []
+    images, _ = make_shapes(n, 16, seed=0)
+    for i, image in enumerate(images):
+        path = root / f"img{i}.png"
+        Image.fromarray(image.permute(1, 2, 0).numpy()).save(path)
+        paths.append(path)
+    return paths

@@ -101,3 +101,25 @@ def test_signs_flip_in_training_steps_only() -> None:
     task.step(model, batch)
     assert torch.equal(calls[0], batch["tokens"].positions) and torch.equal(calls[1], calls[0])
     assert not torch.equal(calls[2], calls[0]) and torch.equal(calls[2].abs(), calls[0].abs())
+
+
+def test_registers_and_adjacency_bias_keep_the_model_permutation_invariant() -> None:
+    """Registers are padded into the adjacency bias; relabelling nodes must not change the logits."""
+    torch.manual_seed(0)
+    data = cycles_dataset(per_class=2, seed=0)
+    graphs = [nx.lollipop_graph(4, 5), nx.path_graph(9)]  # not regular: node degrees tell nodes apart
+    cfg = GraphConfig(d_model=16, n_heads=2, n_layers=2, positions="none", attention="bias", n_registers=3,
+                      pool="mean", layer_scale=0.5, norm="rms")
+    task = GraphTask(cfg)
+    task.classes = data.classes
+    task.tokenizer = cfg.tokenizer().fit(graphs)
+    model = task.build_model().eval()
+    assert model.encoder.registers.shape == (1, 3, 16)
+    graph = graphs[0]
+    relabelled = nx.relabel_nodes(graph, dict(zip(graph, reversed(list(graph)), strict=True)))
+    relabelled = nx.convert_node_labels_to_integers(relabelled, ordering="sorted")
+    with torch.no_grad():
+        a = model(task.tokenizer.batch([graph, graphs[1]]))
+        b = model(task.tokenizer.batch([relabelled, graphs[1]]))
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(a[0], a[1])  # different graphs do get different logits

@@ -110,7 +110,7 @@ class UniformLM(nn.Module):
         self.vocab = vocab
         self.dummy = nn.Parameter(torch.zeros(()))
 
-    def forward(self, batch):
+    def forward(self, batch, padded=True):
         return torch.zeros(*batch.ids.shape, self.vocab) + self.dummy
 
 
@@ -122,7 +122,7 @@ class CopyLM(nn.Module):
         self.vocab, self.p = vocab, p
         self.dummy = nn.Parameter(torch.zeros(()))
 
-    def forward(self, batch):
+    def forward(self, batch, padded=True):
         probs = torch.full((*batch.ids.shape, self.vocab), (1 - self.p) / (self.vocab - 1))
         probs.scatter_(-1, batch.ids[..., None], self.p)
         return probs.log() + self.dummy

@@ -136,3 +136,28 @@ def test_default_data_is_learned_to_high_held_out_exact_match(tmp_path: Path) ->
     assert result.metrics["exact_match"] > 0.9
     scores = evaluate(result.run_dir)
     assert scores["exact_match"] > 90 and scores["chrf"] > 97 and scores["sentences"] == 1000
+
+
+def test_llama_style_blocks_decode_the_same_cached_and_uncached(tmp_path: Path) -> None:
+    """Block options reach both stacks; GQA caches and q/k norm keep cached decoding exact."""
+    torch.manual_seed(0)
+    data = write_numbers(tmp_path / "numbers.tsv", NUMBERS)
+    options = {"norm": "rms", "mlp": "swiglu", "n_kv_heads": 2, "qk_norm": True, "bias": False}
+    task = TranslateTask(TranslateConfig(data=str(data), eval_data=str(data), **TINY, **options))
+    task.train_dataset()
+    model = task.build_model().eval()
+    block = model.decoder.blocks[0]
+    assert block.attn.n_kv_heads == 2 and block.cross_attn.n_kv_heads == 2 and block.attn.qkv.bias is None
+    assert isinstance(model.encoder.blocks[0].norm1, torch.nn.RMSNorm)
+    translator = Translator(task, model)
+    src = src_batch(translator, sources([324, 56789, 5]))
+    bos, eos = translator.tgt_tok.token_to_id(BOS), translator.tgt_tok.token_to_id(EOS)
+    cached = greedy_decode(model, src, bos, -1, DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=8))
+    with torch.no_grad():
+        memory = model.encode(src)
+        prefix = torch.full((3, 1), bos)
+        for _ in range(8):
+            tgt = TokenBatch(mask=torch.ones_like(prefix, dtype=torch.bool), ids=prefix,
+                             positions=torch.arange(prefix.shape[1]).expand_as(prefix))
+            prefix = torch.cat([prefix, model.decode(tgt, memory, src.mask)[:, -1].argmax(-1)[:, None]], dim=1)
+    assert cached == prefix[:, 1:].tolist()

@@ -51,7 +51,7 @@ DECODE_ERRORS = (
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 SizePolicy = Literal["pad", "resize", "error"]
-Position = Literal["sincos", "learned"]
+Position = Literal["sincos", "learned", "none"]
 
 
 def _pair(value: int | Sequence[int]) -> tuple[int, int]:
@@ -105,7 +105,8 @@ class PatchEmbedder(nn.Module):
         grid_size: the training grid ``(gh, gw)``; a learned table has one entry per cell
             and is interpolated for other grids.
         class_token: token 0 of each sample is a learned class token.
-        position: ``sincos`` (fixed, any grid) or ``learned`` (timm's ``pos_embed``).
+        position: ``sincos`` (fixed, any grid), ``learned`` (timm's ``pos_embed``) or ``none``
+            (no additive code: for encoders that rotate queries and keys by the positions, RoPE).
         no_embed_class: learned only: the class token gets no position entry (timm's
             flag of the same name); otherwise the table's first row is the class token's.
         interpolation: mode used to resample a learned table to another grid.
@@ -146,7 +147,7 @@ class PatchEmbedder(nn.Module):
         positions = batch.positions[:, self.n_prefix :]  # [B, n, 2]
         if self.sincos is not None:
             x = x + self.sincos(positions).to(x.dtype)
-        else:
+        elif self.pos_embed is not None:
             x = x + self._learned(positions, batch.extras["grid"]).to(x.dtype)
         if self.cls_token is None:
             return x
@@ -162,6 +163,8 @@ class PatchEmbedder(nn.Module):
 
     def _learned(self, positions: Tensor, grids: Tensor) -> Tensor:  # [B, n, 2], [B, 2] -> [B, n, d]
         rows, cols = positions[..., 0].long(), positions[..., 1].long()  # [B, n]
+        if torch.compiler.is_compiling():
+            return self._learned_traced(rows, cols, grids)
         distinct = grids.unique(dim=0).tolist()
         if len(distinct) == 1:  # the usual case: one image size per batch
             gh, gw = distinct[0]
@@ -175,6 +178,20 @@ class PatchEmbedder(nn.Module):
             chosen = (grids == grids.new_tensor([gh, gw])).all(dim=-1)  # [B]
             out[chosen] = F.embedding(rows[chosen] * gw + cols[chosen], self.grid_table((gh, gw))).to(out.dtype)
         return out
+
+    def _learned_traced(self, rows: Tensor, cols: Tensor, grids: Tensor) -> Tensor:  # [B, n] x2, [B, 2] -> [B, n, d]
+        """The learned table at its training grid, for torch.compile and torch.export.
+
+        A batch's grid is data, and data cannot size the table's interpolation inside a
+        graph (nor split a batch by image size), so traced models support the training
+        grid only: what the classify task feeds (it resizes every image to ``image_size``).
+        Other grids fail at run time (an assertion in the graph) instead of reading the
+        wrong table rows; ONNX has no assertion, so an ONNX file trusts its input. Eager
+        mode handles any grids, mixed in one batch too.
+        """
+        trained = grids.new_tensor(self.grid_size)  # [2]
+        torch._assert_async((grids == trained).all(), "a traced PatchEmbedder takes images of its training size only")
+        return F.embedding(rows * self.grid_size[1] + cols, self.grid_table(self.grid_size))
 
 
 def _arange_like(index: Tensor) -> Tensor:  # [B, n] -> [B, n] holding 0..n-1 in every row
@@ -192,7 +209,7 @@ class ImagePatchTokenizer(Tokenizer):
             learned table is then interpolated per grid, like timm's ``dynamic_img_size``).
         channels: 3 (RGB) or 1 (grayscale); images are converted to this.
         class_token: emit a class token as token 0.
-        position: ``sincos`` (default) or ``learned``.
+        position: ``sincos`` (default), ``learned`` or ``none`` (the encoder places tokens itself: RoPE).
         no_embed_class: learned positions only: no table entry for the class token.
         size_policy: what to do with sides that are not a multiple of P: ``pad``,
             ``resize`` or ``error``.
@@ -238,8 +255,8 @@ class ImagePatchTokenizer(Tokenizer):
             problems.append(f"image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")
         if self.channels not in (1, 3):
             problems.append(f"channels must be 1 or 3, got {self.channels}")
-        if self.position not in ("sincos", "learned"):
-            problems.append(f"position must be 'sincos' or 'learned', got {self.position!r}")
+        if self.position not in ("sincos", "learned", "none"):
+            problems.append(f"position must be 'sincos', 'learned' or 'none', got {self.position!r}")
         if self.size_policy not in ("pad", "resize", "error"):
             problems.append(f"size_policy must be 'pad', 'resize' or 'error', got {self.size_policy!r}")
         if self.interpolation not in ("bilinear", "bicubic"):

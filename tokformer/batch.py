@@ -90,3 +90,10 @@ class TokenBatch:
 
         picked = {f.name: pick(getattr(self, f.name)) for f in fields(self) if f.name != "extras"}
         return replace(self, **picked, extras={k: pick(v) for k, v in self.extras.items()})
+
+
+# A pytree node (its tensors, None fields and ``extras`` dict are its children), so
+# torch.export and torch.compile take a TokenBatch as a model input and can mark each of
+# its tensors' batch and sequence dimensions dynamic. The serialised name keeps saved
+# programs loadable whatever module path the class is imported under.
+torch.export.register_dataclass(TokenBatch, serialized_type_name="tokformer.TokenBatch")

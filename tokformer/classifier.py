@@ -7,6 +7,7 @@ graph Transformer classifier. The model itself knows neither: it maps a
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
@@ -40,12 +41,19 @@ class EncoderClassifier(nn.Module):
         bias = batch.attn_bias
         if bias is not None and bias.dim() == 3:
             bias = bias[:, None]  # [B, N, N] -> [B, 1, N, N]: the same for every head
-        return self.encoder(x, _padding_or_none(batch.mask), attn_mask=bias)
+        return self.encoder(x, _padding_or_none(batch.mask), attn_mask=bias, positions=batch.positions)
 
     def forward(self, batch: TokenBatch) -> Tensor:  # -> [B, n_classes]
         return self.head(self.features(batch), batch.mask)
 
 
 def _padding_or_none(mask: Tensor) -> Tensor | None:
-    """None when no token is padding, so attention takes the unmasked (fused) kernel."""
+    """None when no token is padding, so attention takes the unmasked (fused) kernel.
+
+    Eager mode only: the check reads a value back from the device, which torch.compile
+    would turn into a graph break and torch.export cannot trace. Traced code keeps the
+    mask, which gives the same result through the masked kernel.
+    """
+    if torch.compiler.is_compiling():
+        return mask
     return None if bool(mask.all()) else mask

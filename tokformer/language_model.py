@@ -7,6 +7,7 @@ cross-attention because there is nothing to cross-attend to.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
@@ -39,18 +40,30 @@ class CausalLM(nn.Module):
             self.head.weight = embedder.tokens.weight
 
     def forward(
-        self, batch: TokenBatch, caches: list[KVCache] | None = None, key_mask: Tensor | None = None
+        self,
+        batch: TokenBatch,
+        caches: list[KVCache] | None = None,
+        key_mask: Tensor | None = None,
+        *,
+        padded: bool = True,
     ) -> Tensor:
         """Logits ``[B, N, vocab]`` for the next token after each position.
 
         ``key_mask`` ``[B, Nk]`` covers cached and new positions when decoding with
-        ``caches``; by default it is ``batch.mask``.
+        ``caches``; by default it is ``batch.mask``. ``padded=False`` is the caller's promise
+        that no token is padding (packed training windows): attention then takes SDPA's fused
+        causal kernel without looking at the mask, compiled or not.
         """
         x = self.embedder(batch)  # [B, N, d]
         key_mask = batch.mask if key_mask is None else key_mask
-        if cached_length(caches) == 0 and bool(key_mask.all()):
-            key_mask = None  # no padding: attention takes SDPA's fused causal kernel, no mask tensor
-        x = self.encoder(x, key_mask, is_causal=True, caches=caches)
+        if not padded and cached_length(caches) == 0:
+            key_mask = None
+        # No padding found: the fused causal kernel too. Eager mode only: the check reads a
+        # value back from the device (a graph break under torch.compile, untraceable for
+        # torch.export); traced code keeps the mask.
+        elif cached_length(caches) == 0 and not torch.compiler.is_compiling() and bool(key_mask.all()):
+            key_mask = None
+        x = self.encoder(x, key_mask, is_causal=True, caches=caches, positions=batch.positions)
         return self.head(x)
 
     def make_caches(self) -> list[KVCache]:

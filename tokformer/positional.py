@@ -53,7 +53,10 @@ class LearnedPositions(nn.Module):
         self.table = nn.Embedding(max_len, d_model)
 
     def forward(self, positions: Tensor) -> Tensor:  # [B, N] -> [B, N, d]
-        if positions.numel() and int(positions.max()) >= self.max_len:
+        # The range check reads a value back from the device: a clear error in eager mode,
+        # but a graph break under torch.compile and an untraceable branch for torch.export,
+        # so traced code skips it (an out-of-range index then fails inside the lookup).
+        if not torch.compiler.is_compiling() and positions.numel() and int(positions.max()) >= self.max_len:
             raise ValueError(
                 f"position {int(positions.max())} is beyond the learned table's max_len={self.max_len}"
             )

@@ -164,16 +164,17 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str = "best",
     return task, model.to(device).eval()
 
 
-def evaluate(run_dir: str | os.PathLike, *, checkpoint: str = "best", device: str = "auto",
+def evaluate(path: str | os.PathLike, *, checkpoint: str = "best", device: str = "auto",
              batch_size: int | None = None, quiet: bool = False) -> dict[str, float]:
-    """Loss and task metrics of a run's checkpoint on the task's eval set; the Python form
-    of ``tokformer evaluate``."""
-    run_dir = Path(run_dir)
-    cfg = resolve_config(saved_config(run_dir))
+    """Loss and task metrics of a run's checkpoint, or of a model folder (``tokformer export``),
+    on the task's eval set; the Python form of ``tokformer evaluate``."""
+    from tokformer.engine.pretrained import load_model, train_config  # it builds on this module
+
+    settings = train_config(path)
     with process_group(device) as d:
-        task, model = load_run(run_dir, checkpoint, d.device)
+        task, model = load_model(path, checkpoint, d.device)
         dataset = task.eval_dataset()
         if dataset is None:
-            raise DataError(f"task '{cfg.task}' has no evaluation set")
-        size = batch_size or max(1, cfg.train.batch_size // d.world)
-        return evaluate_model(task, model, dataset, d, size, cfg.train.precision, d.is_main and not quiet)
+            raise DataError(f"the task of {path} has no evaluation set")
+        size = batch_size or max(1, settings.batch_size // d.world)
+        return evaluate_model(task, model, dataset, d, size, settings.precision, d.is_main and not quiet)

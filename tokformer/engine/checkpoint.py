@@ -129,12 +129,7 @@ def save_checkpoint(run_dir: Path, step: int, model_state: dict[str, torch.Tenso
 def _write_files(directory: Path, model_state: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
     """The three files of a checkpoint, each fsynced, then the directory."""
     json_state, tensors = split_tensors(state)
-    unique, aliases = dedupe_shared(model_state)
-    save_file(
-        {k: v.detach().cpu().contiguous() for k, v in unique.items()},
-        directory / "model.safetensors",
-        metadata={ALIASES: json.dumps(aliases)},
-    )
+    save_model_state(model_state, directory)
     save_file(tensors, directory / "state.safetensors")
     (directory / "state.json").write_text(json.dumps(json_state), encoding="utf-8")
     for name in ("model.safetensors", "state.safetensors", "state.json"):
@@ -164,6 +159,17 @@ def prune(run_dir: Path, keep_last: int, keep: set[int]) -> None:
     for step in steps[:-keep_last]:
         if step not in keep:
             shutil.rmtree(step_dir(run_dir, step))
+
+
+def save_model_state(state: dict[str, torch.Tensor], directory: Path) -> None:
+    """Write ``directory/model.safetensors``: shared tensors stored once (:func:`dedupe_shared`),
+    on the CPU; :func:`load_model_state` reads it back. Used by checkpoints and model folders."""
+    unique, aliases = dedupe_shared(state)
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in unique.items()},
+        directory / "model.safetensors",
+        metadata={ALIASES: json.dumps(aliases)},
+    )
 
 
 def dedupe_shared(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -209,7 +215,12 @@ def load_weights(model: nn.Module, path: Path) -> None:
     ``config.json``, or a tokenizer with another vocabulary.
     """
     check_tokenizer(path)
-    state = load_model_state(path)
+    load_fitting(model, load_model_state(path), f"checkpoint {path}", "the run's config and tokenizer")
+
+
+def load_fitting(model: nn.Module, state: dict[str, torch.Tensor], source: str, built_from: str) -> None:
+    """``model.load_state_dict(state)``, or a :class:`CheckpointError` saying which keys or shapes of
+    ``source`` (e.g. "checkpoint RUN/...") do not fit the model built from ``built_from``."""
     expected = model.state_dict()
     missing = sorted(expected.keys() - state.keys())
     unexpected = sorted(state.keys() - expected.keys())
@@ -218,8 +229,7 @@ def load_weights(model: nn.Module, path: Path) -> None:
     problems = [f"{what}: {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}"
                 for what, keys in (("missing", missing), ("unexpected", unexpected), ("shape", reshaped)) if keys]
     if problems:
-        raise CheckpointError(f"checkpoint {path} does not fit the model built from the run's config and "
-                              f"tokenizer ({'; '.join(problems)})")
+        raise CheckpointError(f"{source} does not fit the model built from {built_from} ({'; '.join(problems)})")
     model.load_state_dict(state)
 
 

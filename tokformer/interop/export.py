@@ -1,0 +1,129 @@
+"""Export a model to a ``torch.export`` program or an ONNX file, with dynamic batch and sequence length.
+
+Every model takes :class:`~tokformer.TokenBatch` inputs (a registered pytree), so the
+dynamic dimensions follow from the example's structure: in every batch, the batch dim
+(dim 0) of each tensor, and the sequence dim of ``mask``, ``ids``, ``features`` and
+``positions`` (dim 1) and of ``attn_bias`` (its last two). The tracer itself works out
+which are equal (one batch size across a translation's source and target, one length per
+TokenBatch, the source's and the target's independent). Tensors in ``extras`` get a
+dynamic batch dim only (their other dims are the tokenizer's business, e.g. ``k``
+eigenvalues); plain tensor arguments stay static.
+
+Examples must have at least 2 samples of at least 2 tokens: a size of 1 in the example
+would be specialised to 1 by the tracer. The program still runs on one sample.
+
+ONNX export needs the optional extra (``pip install 'tokformer[onnx]'``); it is imported
+only when used. Typical use, after :func:`tokformer.engine.load_run`::
+
+    task, model = load_run("runs/classify-...")
+    path = export_onnx(model, task.export_example(), "model.onnx")
+    run_onnx(path, task.export_example())  # [logits as a numpy array]
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch._dynamo
+from torch import Tensor, nn
+from torch.export import Dim, ExportedProgram, ShapesCollection
+from torch.utils import _pytree as pytree
+
+from tokformer.batch import TokenBatch
+from tokformer.errors import UsageError
+
+ONNX_EXTRA = "pip install 'tokformer[onnx]'"
+
+
+def export_program(model: nn.Module, example_args: tuple, *, dynamic: bool = True) -> ExportedProgram:
+    """``torch.export`` of ``model(*example_args)``, batch and sequence dims dynamic unless ``dynamic=False``.
+
+    The model is traced in its current mode (call ``eval()`` first for inference).
+    """
+    shapes = dynamic_shapes(model, example_args) if dynamic else None
+    return torch.export.export(model, tuple(example_args), dynamic_shapes=shapes)
+
+
+def dynamic_shapes(model: nn.Module, example_args: tuple) -> Any:
+    """The ``dynamic_shapes`` argument of ``torch.export`` for ``model(*example_args)`` (see the module doc)."""
+    shapes = ShapesCollection()
+    for leaf in pytree.tree_leaves(tuple(example_args), is_leaf=lambda value: isinstance(value, TokenBatch)):
+        if isinstance(leaf, TokenBatch):
+            _mark_token_batch(shapes, leaf)
+    return shapes.dynamic_shapes(model, tuple(example_args))
+
+
+def _mark_token_batch(shapes: ShapesCollection, tokens: TokenBatch) -> None:
+    # Dim.DYNAMIC rather than named Dims with ranges: tracing may guard on a condition no
+    # range states (a classifier's N - 1 patch tokens != 1), which fails an export with named
+    # Dims; DYNAMIC lets the exporter settle it, and still fails if a dim would become static.
+    dynamic = Dim.DYNAMIC
+    for tensor in (tokens.mask, tokens.ids, tokens.features, tokens.positions):
+        if tensor is not None:  # [B, N, ...]
+            shapes[tensor] = {0: dynamic, 1: dynamic}
+    if tokens.attn_bias is not None:  # [B, N, N] or [B, H, N, N]
+        last = tokens.attn_bias.dim() - 1
+        shapes[tokens.attn_bias] = {0: dynamic, last - 1: dynamic, last: dynamic}
+    for value in tokens.extras.values():
+        if isinstance(value, Tensor) and value.dim() > 0:  # [B, ...]
+            shapes[value] = {0: dynamic}
+
+
+def export_onnx(model: nn.Module, example_args: tuple, path: str | Path, *, dynamic: bool = True) -> Path:
+    """Write ``model`` as one self-contained ``.onnx`` file (weights embedded) and return its path.
+
+    Inputs are named after the forward's arguments and the batch fields (``batch_mask``,
+    ``src_ids``, ``batch_extras_grid``, ...), in the order :func:`run_onnx` feeds them.
+    The file is an inference artifact, so the model is traced in eval mode (its mode is
+    restored afterwards). ONNX protobuf files hold at most 2 GB.
+    """
+    for module in ("onnx", "onnxscript"):
+        _require(module)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    was_training = model.training
+    model.eval()
+    try:
+        program = export_program(model, example_args, dynamic=dynamic)
+    finally:
+        model.train(was_training)
+    torch.onnx.export(program, tuple(example_args), path, dynamo=True, external_data=False, verbose=False)
+    return path
+
+
+def run_onnx(path: str | Path, example_args: tuple) -> list[np.ndarray]:
+    """Run an ONNX file written by :func:`export_onnx` on CPU with onnxruntime; one array per output.
+
+    ``example_args`` are ``model(*args)``'s arguments; their tensors are fed in flattening
+    order, which is the order of the file's inputs.
+    """
+    ort = _require("onnxruntime")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    tensors = [leaf for leaf in pytree.tree_leaves(tuple(example_args)) if isinstance(leaf, Tensor)]
+    inputs = session.get_inputs()
+    if len(inputs) != len(tensors):
+        raise UsageError(f"{path} takes {len(inputs)} inputs ({', '.join(i.name for i in inputs)}), "
+                         f"but the arguments hold {len(tensors)} tensors")
+    feed = {spec.name: tensor.detach().cpu().numpy() for spec, tensor in zip(inputs, tensors, strict=True)}
+    return session.run(None, feed)
+
+
+def graph_breaks(model: nn.Module | Callable[..., Any], example_args: tuple) -> int:
+    """How many times ``torch.compile`` would split ``model(*example_args)`` into separate graphs.
+
+    0 means the forward compiles whole. Uses ``torch._dynamo.explain``, which resets
+    dynamo's caches: code compiled earlier in the process recompiles on its next call.
+    """
+    return torch._dynamo.explain(model)(*example_args).graph_break_count
+
+
+def _require(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UsageError(f"ONNX export needs the optional package '{module}': {ONNX_EXTRA}") from None
