@@ -151,7 +151,7 @@ def test_llama_style_blocks_decode_the_same_cached_and_uncached(tmp_path: Path) 
     assert isinstance(model.encoder.blocks[0].norm1, torch.nn.RMSNorm)
     translator = Translator(task, model)
     src = src_batch(translator, sources([324, 56789, 5]))
-    bos, eos = translator.tgt_tok.token_to_id(BOS), translator.tgt_tok.token_to_id(EOS)
+    bos = translator.tgt_tok.token_to_id(BOS)
     cached = greedy_decode(model, src, bos, -1, DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=8))
     with torch.no_grad():
         memory = model.encode(src)

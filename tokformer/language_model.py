@@ -56,12 +56,12 @@ class CausalLM(nn.Module):
         """
         x = self.embedder(batch)  # [B, N, d]
         key_mask = batch.mask if key_mask is None else key_mask
-        if not padded and cached_length(caches) == 0:
-            key_mask = None
-        # No padding found: the fused causal kernel too. Eager mode only: the check reads a
-        # value back from the device (a graph break under torch.compile, untraceable for
-        # torch.export); traced code keeps the mask.
-        elif cached_length(caches) == 0 and not torch.compiler.is_compiling() and bool(key_mask.all()):
+        # No padding (promised, or found in eager mode): attention takes SDPA's fused causal
+        # kernel. Looking is eager-only: the check reads a value back from the device (a graph
+        # break under torch.compile, untraceable for torch.export); traced code keeps the mask.
+        if cached_length(caches) == 0 and (
+            not padded or (not torch.compiler.is_compiling() and bool(key_mask.all()))
+        ):
             key_mask = None
         x = self.encoder(x, key_mask, is_causal=True, caches=caches, positions=batch.positions)
         return self.head(x)
