@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from tokformer.layers import ACTIVATIONS, MLPS, NORMS
+from tokformer.rotary import ROPE_AXES, ROPE_LAYOUTS
 
 ROPES = ("none", "1d", "2d")
 
@@ -44,7 +45,15 @@ class TransformerConfig:
         rope: rotary position embeddings applied to queries and keys: ``1d`` for sequences
             (positions ``[B, N]``), ``2d`` for grids (``[B, N, 2]``), ``none`` to leave
             positions to the embedder.
-        rope_theta: rotary frequency base.
+        rope_theta: rotary frequency base (timm's ``rope_temperature``).
+        rope_layout: which channels a rotation turns together: ``half`` (``i`` with ``i + d/2``;
+            Llama, GPT-NeoX) or ``interleaved`` (adjacent pairs; GPT-J, timm's EVA and
+            RoPE-ViT). Weights trained with one layout need it to compute the same function.
+        rope_axes: 2-D only: ``ij`` rotates the first half of each head by the row and the
+            second by the column; ``xy`` the other way round (timm's ``rope_grid_indexing``).
+        rope_ref_grid: 2-D only: ``(rows, cols)`` that every grid is rescaled to span before
+            rotating (timm's ``ref_feat_shape``): a model fine-tuned at another resolution
+            keeps the angles it was pretrained with. None: raw grid indices.
         n_registers: learned register tokens the encoder prepends and drops again at its
             output ("Vision Transformers Need Registers"): scratch space for global state.
         input_norm: normalise the tokens (registers included) before the first block, as
@@ -72,6 +81,9 @@ class TransformerConfig:
     layer_scale: float | None = None
     rope: str = "none"
     rope_theta: float = 10000.0
+    rope_layout: str = "half"
+    rope_axes: str = "ij"
+    rope_ref_grid: tuple[int, int] | None = None
     n_registers: int = 0
     input_norm: bool = False
 
@@ -100,6 +112,16 @@ class TransformerConfig:
                              f"{4 if self.rope == '2d' else 2}")
         if self.rope_theta <= 0:
             raise ValueError(f"rope_theta must be positive, got {self.rope_theta}")
+        for name, allowed in (("rope_layout", ROPE_LAYOUTS), ("rope_axes", ROPE_AXES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        if self.rope_ref_grid is not None:
+            grid = tuple(self.rope_ref_grid)  # a JSON config gives a list
+            if len(grid) != 2 or not all(isinstance(g, int) and g > 0 for g in grid):
+                raise ValueError(f"rope_ref_grid must be two positive integers (rows, cols), got {self.rope_ref_grid}")
+            self.rope_ref_grid = grid
+        if self.rope != "2d" and (self.rope_axes != "ij" or self.rope_ref_grid is not None):
+            raise ValueError("rope_axes and rope_ref_grid describe grids: they need rope='2d'")
         if self.n_registers < 0:
             raise ValueError(f"n_registers must be >= 0, got {self.n_registers}")
 

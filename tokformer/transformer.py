@@ -30,7 +30,14 @@ def _final_norm(cfg: TransformerConfig) -> nn.Module:
 def _rotary(cfg: TransformerConfig) -> RotaryEmbedding | None:
     if cfg.rope == "none":
         return None
-    return RotaryEmbedding(cfg.d_head, cfg.rope_theta, dims=2 if cfg.rope == "2d" else 1)
+    return RotaryEmbedding(
+        cfg.d_head,
+        cfg.rope_theta,
+        dims=2 if cfg.rope == "2d" else 1,
+        layout=cfg.rope_layout,
+        axes=cfg.rope_axes,
+        ref_grid=cfg.rope_ref_grid,
+    )
 
 
 def _rope(rotary: RotaryEmbedding | None, positions: Tensor | None) -> Rope | None:
