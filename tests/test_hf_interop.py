@@ -101,7 +101,7 @@ def test_greedy_continuations_are_token_identical(reference, tokenizer) -> None:
     kind, ref, folder = reference
     _, ours = hf.load_hf_folder(folder)
     prompt = tokenizer.encode("The quick brown")
-    steps = min(32, ours.encoder.cfg.d_model and FAMILIES[kind][1].get("n_positions", 64) - len(prompt) - 1)
+    steps = 32  # every family's context (>= 40) holds the prompt and 32 new tokens
     expected = ref.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                             max_new_tokens=steps, do_sample=False, pad_token_id=0)[0, len(prompt):].tolist()
     ids, mask = left_pad([prompt])
@@ -234,6 +234,17 @@ def test_pickle_only_folder_says_how_to_convert(tmp_path, tokenizer) -> None:
     torch.save(state, folder / "pytorch_model.bin")
     with pytest.raises(TokformerError, match="pickle.*save_file"):
         hf.load_hf_folder(folder)
+
+
+def test_vocab_and_merges_files_load_like_tokenizer_json(tmp_path, tokenizer) -> None:
+    """GPT-2's original vocab.json + merges.txt instead of tokenizer.json: the same ids, the same model."""
+    folder = tmp_path / "gpt2"
+    build_reference("gpt2", folder, tokenizer)
+    (folder / "tokenizer.json").unlink()
+    tokenizer.save_vocab_merges(folder)
+    task, _ = hf.load_hf_folder(folder)
+    for text in ("def add(a, b):\n    return a + b", "Über den Wolken<|endoftext|>x"):
+        assert task.tokenizer.encode(text, allowed_special="all") == tokenizer.encode(text, allowed_special="all")
 
 
 def test_missing_tokenizer_is_named(tmp_path, tokenizer) -> None:
