@@ -202,7 +202,9 @@ def train(task: str | None, config_file: str | None, sets: tuple[str, ...], resu
 def evaluate(run_dir: str, checkpoint: str, device: str, batch_size: int | None, as_json: bool, quiet: bool) -> None:
     """Evaluate a checkpoint of RUN_DIR, or a model folder (tokformer export), on its task's evaluation set."""
     from tokformer.engine import api
+    from tokformer.engine.progress import configure_logging
 
+    configure_logging(quiet or not _is_rank0())
     metrics = api.evaluate(run_dir, checkpoint=checkpoint, device=device, batch_size=batch_size, quiet=quiet)
     if not _is_rank0():
         return
