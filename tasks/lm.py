@@ -388,18 +388,14 @@ class TextStream:
         return piece
 
 
-def _fit_context(prompts: list[list[int]], max_new_tokens: int, context_len: int) -> tuple[list[list[int]], int]:
-    """Documented policy for sequences longer than the model's context: at most
-    ``context_len - 1`` new tokens, and prompts cut from the left to leave room for them."""
-    if max_new_tokens >= context_len:
-        warnings.warn(f"max_new_tokens={max_new_tokens} does not fit the model's context of {context_len} "
-                      f"tokens; generating at most {context_len - 1}", stacklevel=3)
-        max_new_tokens = context_len - 1
-    room = context_len - max_new_tokens
-    if any(len(p) > room for p in prompts):
-        warnings.warn(f"prompt longer than {room} tokens (context {context_len} - {max_new_tokens} new tokens); "
-                      "keeping its last tokens", stacklevel=3)
-    return [p[-room:] for p in prompts], max_new_tokens
+def _fit_context(prompts: list[list[int]], context_len: int) -> list[list[int]]:
+    """Prompts the model can read: one longer than the whole context keeps its last ``context_len``
+    tokens, with a warning. Nothing else is shortened: generation slides past the context."""
+    long = [len(p) for p in prompts if len(p) > context_len]
+    if long:
+        warnings.warn(f"a prompt of {max(long)} tokens is longer than the model's context of {context_len} "
+                      f"tokens; keeping its last {context_len}", stacklevel=3)
+    return [p[-context_len:] for p in prompts]
 
 
 def generate_text(
@@ -434,8 +430,9 @@ def generate_text(
 
     Every prompt is preceded by the model's ``bos_token`` (for a model trained here the
     end-of-text token, which documents start after in training; for a Hugging Face model
-    what its tokenizer adds, often nothing). A prompt too long for the model's context is cut from the left
-    with a warning (see :func:`_fit_context`). Returns the continuations (prompts excluded).
+    what its tokenizer adds, often nothing). ``max_new_tokens`` may exceed the model's
+    context: the window slides (see :func:`tokformer.generation.generate`). Only a prompt
+    longer than the whole context is cut, from the left, with a warning. Returns the continuations (prompts excluded).
     """
     lm = source if isinstance(source, LoadedLM) else load_lm(source, checkpoint, device)
     texts = [prompts] if isinstance(prompts, str) else list(prompts)
@@ -450,7 +447,7 @@ def generate_text(
     stop = [stop] if isinstance(stop, str) else list(stop)
     prefix = [] if lm.bos_id is None else [lm.bos_id]
     encoded = [[*prefix, *lm.tokenizer.encode(t)] for t in texts]
-    encoded, max_new_tokens = _fit_context(encoded, max_new_tokens, lm.context_len)
+    encoded = _fit_context(encoded, lm.context_len)
     ids, mask = left_pad(encoded)
     streams = [TextStream(lm.tokenizer, stop) for _ in texts]
     window = max((len(s.encode()) for s in stop if s), default=0)
@@ -471,7 +468,7 @@ def generate_text(
     device_ = next(lm.model.parameters()).device
     generator = torch.Generator(device=device_).manual_seed(seed)
     generate(lm.model, ids, mask, max_new_tokens=max_new_tokens, sampling=sampling, eos_id=lm.eos_id, stop=stop_fn,
-             use_cache=use_cache, generator=generator, on_token=on_token)
+             use_cache=use_cache, generator=generator, on_token=on_token, context=lm.context_len)
     for row, stream in enumerate(streams):
         piece = stream.finish()
         if piece and on_text is not None:

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
 from tokformer.embedding import Embedder
 from tokformer.generation import generate, left_pad, positions_from_mask
@@ -112,3 +113,48 @@ def test_sampling_config_rejects_bad_values(kwargs):
 def test_tied_embeddings_share_one_tensor():
     model = tiny_lm()
     assert model.head.weight.data_ptr() == model.embedder.tokens.weight.data_ptr()
+
+
+def short_context_lm(context: int, seed: int = 0) -> CausalLM:
+    """A model whose learned position table ends at ``context``: it cannot read one token more."""
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(d_model=32, n_heads=4, n_layers=2, dropout=0.0)
+    model = CausalLM(Embedder(32, vocab_size=VOCAB, position=LearnedPositions(32, context)), cfg, VOCAB).eval()
+    with torch.no_grad():
+        model.embedder.tokens.weight.normal_(std=0.3)
+    return model
+
+
+def test_generation_slides_past_the_context_exactly_as_specified():
+    """60 tokens from a 16-token model: each step reads the documented window (brute force agrees)."""
+    context, prompt = 16, [5, 6, 7, 8, 9, 10, 11]
+    model = short_context_lm(context)
+    got = generate(model, *left_pad([prompt]), max_new_tokens=60, sampling=GREEDY, context=context)[0]
+    window, expected = list(prompt), []
+    for _ in range(60):
+        if len(window) > context:
+            window = window[-(context // 2):]
+        ids = torch.tensor([window])
+        with torch.no_grad():
+            logits = model(TokenBatch(mask=torch.ones_like(ids, dtype=torch.bool), ids=ids,
+                                      positions=torch.arange(len(window))[None]))
+        expected.append(int(logits[0, -1].argmax()))
+        window.append(expected[-1])
+    assert got == expected and len(got) == 60
+
+
+def test_sliding_generation_cached_equals_uncached_and_batched_equals_alone():
+    context = 12
+    model = short_context_lm(context, seed=1)
+    prompts = [[1], [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17]]  # rows slide at different steps
+    ids, mask = left_pad(prompts)
+    cached = generate(model, ids, mask, max_new_tokens=30, sampling=GREEDY, context=context)
+    uncached = generate(model, ids, mask, max_new_tokens=30, sampling=GREEDY, context=context, use_cache=False)
+    assert cached == uncached
+    for prompt, got in zip(prompts, cached, strict=True):
+        assert got == generate(model, *left_pad([prompt]), max_new_tokens=30, sampling=GREEDY, context=context)[0]
+
+
+def test_a_prompt_longer_than_the_context_is_refused_by_the_core():
+    with pytest.raises(ValueError, match="longer than the context"):
+        generate(short_context_lm(8), *left_pad([list(range(9))]), max_new_tokens=2, context=8)

@@ -8,6 +8,8 @@ from torch import nn
 
 from tokformer.engine.checkpoint import load_model_state, save_checkpoint
 from tokformer.errors import UsageError
+from tokformer.generation import generate, left_pad
+from tokformer.sampling import SamplingConfig
 from tokformer.tasks import lm_data
 from tokformer.tasks.lm import (
     EOT,
@@ -83,14 +85,27 @@ def test_stop_string_split_over_tokens_is_never_shown(tokenizer):
     assert shown == "x = 0" and stream.text == "x = 0"
 
 
-def test_too_long_prompt_is_cut_from_the_left_with_a_warning(lm):
+def test_only_a_prompt_longer_than_the_context_is_cut_with_a_warning(lm, recwarn):
+    """Context 48: a prompt that fits is kept whole even for 100 new tokens; a longer one keeps its last 48."""
+    fits = "def add(a, b):\n" * 3
+    n_fits = 1 + len(lm.tokenizer.encode(fits))  # the end-of-text prefix counts
+    assert n_fits <= 48
+    [long_run] = generate_text(lm, fits, max_new_tokens=100, temperature=0)
+    assert not recwarn.list  # nothing cut, nothing capped
+    assert len(lm.tokenizer.encode(long_run)) >= 90  # generation went on past the context
     long_prompt = "def add(a, b):\n" * 40
-    with pytest.warns(UserWarning, match="keeping its last tokens"):
-        out = generate_text(lm, long_prompt, max_new_tokens=8, temperature=0)
-    kept = lm.tokenizer.decode(lm.tokenizer.encode(long_prompt)[-(48 - 8):])
-    assert out == generate_text(lm, kept, max_new_tokens=8, temperature=0)  # eot + 40 tokens would be 41
-    with pytest.warns(UserWarning, match="generating at most 47"):
-        generate_text(lm, "def", max_new_tokens=100, temperature=0)
+    with pytest.warns(UserWarning, match="longer than the model's context of 48 tokens; keeping its last 48"):
+        [out] = generate_text(lm, long_prompt, max_new_tokens=8, temperature=0)
+    kept = lm.tokenizer.encode(long_prompt)[-48:]
+    ids, mask = left_pad([kept])
+    expected = generate(lm.model, ids, mask, max_new_tokens=8, sampling=SamplingConfig(temperature=0),
+                        eos_id=lm.eos_id, context=48)[0]
+    assert out == lm.tokenizer.decode(expected)
+
+
+def test_generation_past_the_context_is_the_same_cached_and_uncached(lm):
+    cached = generate_text(lm, "class", max_new_tokens=120, temperature=0)
+    assert cached == generate_text(lm, "class", max_new_tokens=120, temperature=0, use_cache=False)
 
 
 def test_bad_arguments_are_usage_errors(lm):

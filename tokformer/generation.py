@@ -49,6 +49,7 @@ def generate(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     on_token: Callable[[Tensor, Tensor], None] | None = None,
+    context: int | None = None,
 ) -> list[list[int]]:
     """Continue each left-padded prompt ``ids`` ``[B, T]`` (``mask`` True = real token).
 
@@ -62,21 +63,33 @@ def generate(
             instead of re-running the whole sequence each step.
         on_token: called after each step with the ``[B]`` new ids and the ``[B]`` bool
             "row still running" flags, for streaming.
+        context: the most tokens the model reads at once (its training context); None for
+            no limit. A row about to exceed it slides: it keeps its last ``context // 2``
+            tokens (see :func:`slide`), re-encoded from position 0, so generation goes on
+            past the context with a window of between ``context // 2`` and ``context``
+            tokens. Every row slides on its own schedule, so a batched row still generates
+            exactly what it would alone, cached or not. Prompts must fit ``context``.
 
     Returns the new ids of each row.
     """
     sampling = sampling or SamplingConfig()
     model.eval()
     device = next(model.parameters()).device
-    ids, mask = ids.to(device), mask.to(device)
-    batch_size = ids.shape[0]
-    caches = model.make_caches() if use_cache else None
+    windows = [row[keep].tolist() for row, keep in zip(ids, mask.bool(), strict=True)]  # real tokens per row
+    if context is not None and any(len(w) > context for w in windows):
+        raise ValueError(f"a prompt is longer than the context of {context} tokens; shorten it first")
+    batch_size = len(windows)
     running = torch.ones(batch_size, dtype=torch.bool, device=device)
     new_tokens: list[list[int]] = [[] for _ in range(batch_size)]
-
-    step_ids, step_mask, key_mask = ids, mask, mask
-    step_positions = positions_from_mask(mask)
+    caches = None
+    step_ids = step_mask = key_mask = step_positions = None
     for _ in range(max_new_tokens):
+        slid = context is not None and _slide_full(windows, context)
+        if caches is None or slid or not use_cache:  # (re-)encode every row's whole window
+            step_ids, key_mask = left_pad(windows)
+            step_ids, key_mask = step_ids.to(device), key_mask.to(device)
+            step_mask, step_positions = key_mask, positions_from_mask(key_mask)
+            caches = model.make_caches() if use_cache else None
         batch = TokenBatch(mask=step_mask, ids=step_ids, positions=step_positions)
         logits = model(batch, caches, key_mask=key_mask)[:, -1]  # [B, V]
         next_ids = sample_next(logits, sampling, generator)  # [B]
@@ -92,13 +105,30 @@ def generate(
             on_token(next_ids, running)
         if not running.any():
             break
+        for row, token in enumerate(next_ids.tolist()):
+            windows[row].append(token)  # finished rows too: the batch stays rectangular
         ones = torch.ones(batch_size, 1, dtype=torch.bool, device=device)
-        next_positions = step_positions[:, -1:] + 1
         key_mask = torch.cat([key_mask, ones], dim=1)
-        if use_cache:
-            step_ids, step_mask, step_positions = next_ids[:, None], ones, next_positions
-        else:
-            step_ids = torch.cat([step_ids, next_ids[:, None]], dim=1)
-            step_mask = key_mask
-            step_positions = torch.cat([step_positions, next_positions], dim=1)
+        step_ids, step_mask, step_positions = next_ids[:, None], ones, step_positions[:, -1:] + 1
     return new_tokens
+
+
+def slide(window: list[int], context: int) -> list[int]:
+    """The tokens a row keeps once it has ``context + 1``: its last ``context // 2`` (at least 1).
+
+    Half, not ``context``, because a slide re-encodes the kept tokens (their learned or
+    rotary positions all change): keeping half makes that happen once every
+    ``context // 2`` tokens, so a cached decode costs about twice an unslid one, while the
+    model always reads at least half its context.
+    """
+    return window[-max(1, context // 2) :]
+
+
+def _slide_full(windows: list[list[int]], context: int) -> bool:
+    """Slide every row that outgrew ``context``, in place; whether any did."""
+    slid = False
+    for row, window in enumerate(windows):
+        if len(window) > context:
+            windows[row] = slide(window, context)
+            slid = True
+    return slid
