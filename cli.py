@@ -8,18 +8,18 @@ into one line and its exit code (2 for bad input, 1 for failed runs).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
+import types
 import typing
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from tokformer.engine.config import TrainConfig, field_default, load_config_file, parse_override
+# Only light imports here: `tokformer --help` must answer without loading torch or the
+# engine, so every command imports what it runs inside its own body.
 from tokformer.errors import ConfigError, DataError, TokformerError
 
 # OSErrors whose fix is in the user's hands: a path that is missing, unreadable or of the wrong kind.
@@ -110,37 +110,182 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 def _is_rank0() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
+    """Whether this process prints: rank 0 of a torchrun job (or the only process). Asked before any
+    process group exists, so from torchrun's environment (read in one place, imported lazily)."""
+    from tokformer.engine.distributed import launch_env
+
+    return launch_env()[0] == 0
 
 
 def _metavar(tp: Any) -> str:
-    if typing.get_origin(tp) is typing.Literal:
-        return "[" + "|".join(typing.get_args(tp)) + "]"
-    names = {int: "INT", float: "FLOAT", str: "TEXT"}
-    args = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
-    return names.get(args[0], "VALUE")
+    """How --help shows a config field's value: INT, [layer|rms], INT|none, TEXT,..."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return "[" + "|".join(map(str, args)) + "]"
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) != 1:
+            return "VALUE"
+        shown = _metavar(inner[0])
+        if type(None) not in args:
+            return shown
+        return shown[:-1] + "|none]" if shown.startswith("[") else f"{shown}|none"
+    if origin in (list, tuple):
+        return f"{_metavar(args[0]) if args else 'VALUE'},..."
+    return {int: "INT", float: "FLOAT", str: "TEXT", bool: "[true|false]", Path: "PATH"}.get(tp, "VALUE")
 
 
-def train_options(f: Callable) -> Callable:
-    """One flag per TrainConfig field, documented from the field's help and default.
+def _shown(value: Any) -> str:
+    """A default as a user would type it back: none, true, a,b, ""."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        value = ",".join(map(str, value))
+    return str(value) if value != "" else '""'
 
-    Values arrive as strings and are checked by the config layer, so a bad flag value
-    gets the same message as a bad config-file value. Defaults stay None here so that
-    only flags the user typed override the config file.
+
+def _spellings(kebab: str, is_flag: bool) -> set[str]:
+    return {f"--{kebab}", f"--no-{kebab}"} if is_flag else {f"--{kebab}"}
+
+
+def config_flags(cls: type, section: str, defaults: dict[str, Any], taken: set[str]) -> list[click.Option]:
+    """One flag per field of the config dataclass ``cls``, documented from the field's help and default.
+
+    The parameter is named ``SECTION__FIELD`` so the command knows which section it sets.
+    Values stay strings, checked and coerced by the config layer, so a bad flag value gets
+    the same message as a bad config-file value; the default stays None so that only flags
+    the user typed override the config file and -o. A field whose flag is already ``taken``
+    (a task option named like a train option) is spelled ``--SECTION-NAME`` instead, so that
+    a train flag means the same for every task. ``taken`` grows by the flags made.
     """
-    hints = typing.get_type_hints(TrainConfig)
-    for fld in reversed(dataclasses.fields(TrainConfig)):
-        flag = "--" + fld.name.replace("_", "-")
-        default = field_default(fld)
-        if hints[fld.name] is bool:
-            decls = [f"{flag}/--no-{fld.name.replace('_', '-')}"]
-            shown = str(default).lower()
-            option = click.option(*decls, fld.name, default=None, help=f"{fld.metadata['help']}  [default: {shown}]")
+    from tokformer.engine.config import config_fields, field_default
+
+    hints = typing.get_type_hints(cls)
+    options = []
+    for fld in config_fields(cls).values():
+        kebab = fld.name.replace("_", "-")
+        is_flag = hints[fld.name] is bool
+        if taken & _spellings(kebab, is_flag):
+            kebab = f"{section}-{kebab}"
+        taken |= _spellings(kebab, is_flag)
+        default = defaults[fld.name] if fld.name in defaults else field_default(fld)
+        help_ = f"{fld.metadata.get('help', '')}  [default: {_shown(default)}]"
+        name = f"{section}__{fld.name}"
+        if is_flag:
+            options.append(click.Option([f"--{kebab}/--no-{kebab}", name], default=None, help=help_))
         else:
-            option = click.option(flag, fld.name, default=None, metavar=_metavar(hints[fld.name]),
-                                  help=f"{fld.metadata['help']}  [default: {default}]")
-        f = option(f)
-    return f
+            options.append(click.Option([f"--{kebab}", name], default=None, metavar=_metavar(hints[fld.name]),
+                                        help=help_))
+    return options
+
+
+def _task_named(args: list[str], takes_value: dict[str, bool]) -> str | None:
+    """The task a `tokformer train` command line trains, read before click parses it: TASK,
+    else the config file's [task] name, else the resumed run's; None when none is named.
+
+    TASK is the first argument that is neither an option nor an option's value. Which
+    options take a value is known (``takes_value``) for every option but the task's own,
+    which are unknown until the task is: an argument right after an unknown option is taken
+    as its value (most task options take one), so `--d-model 64 sort` names sort. Only a
+    task's on/off flag before TASK (`--no-flip classify`) hides the task; click then reports
+    the flag as unknown, and the error says to name the task first.
+    """
+    from tokformer.engine.config import load_config_file, split_sections
+
+    values: dict[str, str] = {}
+    after_unknown = False
+    rest = iter(args)
+    for arg in rest:
+        if arg == "--":
+            arg = next(rest, None)
+        elif arg.startswith("-") and len(arg) > 1:
+            if arg.startswith("--"):
+                option, eq, value = arg.partition("=")
+                attached = bool(eq)
+            else:  # a short option may carry its value: -cFILE
+                option, value = arg[:2], arg[2:]
+                attached = bool(value)
+            after_unknown = option not in takes_value and not attached
+            if takes_value.get(option):
+                values[option] = value if attached else next(rest, "")
+            continue
+        if arg is None:
+            break
+        if not after_unknown:
+            return arg
+        after_unknown = False  # the value of an unknown (task) option
+    config_file = values.get("--config", values.get("-c"))
+    resume = values.get("--resume")
+    if config_file:
+        name = split_sections(load_config_file(config_file), "config")[0]
+    elif resume and (Path(resume) / "config.json").is_file():
+        name = split_sections(load_config_file(Path(resume) / "config.json"), "config")[0]
+    else:
+        return None
+    return name if isinstance(name, str) else None  # anything else: the engine reports it
+
+
+class TrainCommand(click.Command):
+    """`tokformer train`: besides its own options, one flag per TrainConfig field and one per
+    field of the task's config dataclass (``get_task(name).Config``, plug-ins included).
+
+    Which task, and so which flags, is known only from the arguments (TASK, the config
+    file's task name, or the resumed run's), so :meth:`parse_args` finds the task first and
+    click then parses, checks and documents its flags like any others. Building the flags
+    at parse time, not import time, also keeps the engine and torch out of `tokformer --help`.
+    """
+
+    FLAGS = "tokformer.train.flags"  # ctx.meta key: (task name or None, its flags)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        known = [p for p in (*self.params, *self._flags(None)[1]) if isinstance(p, click.Option)]
+        takes_value = {opt: not p.is_flag for p in known for opt in (*p.opts, *p.secondary_opts)}
+        takes_value.update({"-h": False, "--help": False})
+        ctx.meta[self.FLAGS] = self._flags(_task_named(args, takes_value))
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            if ctx.meta[self.FLAGS][0] is not None:
+                raise
+            raise click.UsageError(f"{e.format_message()} If it is a task option, name the task first: "
+                                   f"tokformer train TASK {e.option_name} ...", ctx) from None
+
+    def _flags(self, task: str | None) -> tuple[str | None, list[click.Option]]:
+        from tokformer.engine.config import TrainConfig
+        from tokformer.engine.registry import get_task
+
+        task_cls = get_task(task).Config if task is not None else None
+        taken = {opt for p in self.params if isinstance(p, click.Option) for opt in (*p.opts, *p.secondary_opts)}
+        taken |= {"-h", "--help"}
+        flags = config_flags(TrainConfig, "train", dict(getattr(task_cls, "train_defaults", {})), taken)
+        if task_cls is not None:
+            flags += config_flags(task_cls, "task", {}, taken)
+        return task, flags
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if self.FLAGS not in ctx.meta:  # help or completion asked before any argument was read
+            ctx.meta[self.FLAGS] = self._flags(None)
+        help_option = self.get_help_option(ctx)
+        return [*self.params, *ctx.meta[self.FLAGS][1], *([help_option] if help_option else [])]
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        task, _ = ctx.meta.get(self.FLAGS, (None, []))
+        sections: dict[str, list[tuple[str, str]]] = {"": [], "train": [], "task": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx) if isinstance(param, click.Option) else None
+            if record is not None:
+                section, sep, _ = (param.name or "").partition("__")
+                sections[section if sep else ""].append(record)
+        titles = {"": "Options", "train": "Train options", "task": f"Task options ({task})"}
+        for section, records in sections.items():
+            if records:
+                with formatter.section(titles[section]):
+                    formatter.write_dl(records)
+        if task is None:
+            with formatter.section("Task options"):
+                formatter.write_text("`tokformer train TASK --help` lists them; `tokformer tasks` lists the tasks.")
 
 
 def _with_task(config: dict[str, Any], task: str) -> dict[str, Any]:
@@ -149,30 +294,32 @@ def _with_task(config: dict[str, Any], task: str) -> dict[str, Any]:
     return {**config, "task": {**section, "name": task}}
 
 
-@main.command(context_settings=CONTEXT)
+@main.command(cls=TrainCommand, context_settings=CONTEXT)
 @click.argument("task", required=False)
 @click.option("-c", "--config", "config_file", metavar="FILE",
               help="TOML, YAML or JSON config with [task] (name + task options) and [train] sections.")
 @click.option("-o", "--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Set any option: task options (list them: tokformer tasks TASK) or train options; "
-                   "e.g. -o seq_len=12 -o train.lr=3e-4. Wins over --config.")
-@train_options
+              help="Set any option by its config name: task or train options, e.g. -o seq_len=12 "
+                   "-o train.lr=3e-4. Wins over --config.")
 @click.option("--resume", metavar="RUN_DIR", help="Continue RUN_DIR from its latest checkpoint (exactly).")
 @click.option("--overwrite", is_flag=True, help="Replace the run directory if it already exists.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or info lines (for CI and log files).")
 def train(task: str | None, config_file: str | None, sets: tuple[str, ...], resume: str | None,
           overwrite: bool, quiet: bool, **flags: str | bool | None) -> None:
-    """Train TASK (e.g. sort); `tokformer tasks` lists the tasks and their options.
+    """Train TASK (e.g. sort): `tokformer train TASK --help` lists its options, `tokformer tasks` the tasks.
 
-    Precedence: defaults < --config < -o/--set < flags. The resolved config is saved as
-    RUN_DIR/config.json. Runs under `torchrun --nproc-per-node N` unchanged.
+    Name TASK first (or in the --config file); its options are flags like the train options
+    (--d-model 128, --flip/--no-flip, --d-ff none). A task option named like a train option
+    is spelled --task-NAME. Precedence: defaults < --config < -o/--set < flags. The resolved
+    config is saved as RUN_DIR/config.json. Runs under `torchrun --nproc-per-node N` unchanged.
     """
     from tokformer.engine import api
+    from tokformer.engine.config import load_config_file, parse_override
     from tokformer.engine.progress import configure_logging
 
     configure_logging(quiet or not _is_rank0())
     overrides: dict[str, Any] = dict(parse_override(s) for s in sets)
-    overrides.update({f"train.{k}": v for k, v in flags.items() if v is not None})
+    overrides.update({name.replace("__", ".", 1): v for name, v in flags.items() if v is not None})
     if resume is not None:
         if task or config_file:
             raise ConfigError("--resume takes task and config from RUN_DIR/config.json; drop TASK and --config")
@@ -218,19 +365,22 @@ def evaluate(run_dir: str, checkpoint: str, device: str, batch_size: int | None,
 @main.command(context_settings=CONTEXT)
 @click.argument("run_dir")
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--top-k", type=POSITIVE, default=5, show_default=True, help="How many classes to show per input.")
+@click.option("--top-k", type=POSITIVE, default=None,
+              help="classify, graph: how many classes to show per input [default: 5].")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
-def predict(run_dir: str, inputs: tuple[str, ...], top_k: int, checkpoint: str, device: str) -> None:
-    """Run the model of RUN_DIR (or of a model folder) on INPUTS (classify: image files) and print its predictions."""
-    from tokformer.engine.pretrained import load_model
+def predict(run_dir: str, inputs: tuple[str, ...], top_k: int | None, checkpoint: str, device: str) -> None:
+    """Run the model of RUN_DIR (or of a model folder) on INPUTS and print one line per input.
 
-    task, model = load_model(run_dir, checkpoint, device)
-    predict_inputs = getattr(task, "predict_inputs", None)
-    if predict_inputs is None:
-        raise ConfigError(f"task of {run_dir} has no predict support")
-    for line in predict_inputs(model, list(inputs), top_k=top_k):
-        click.echo(line)
+    INPUTS are what the task reads: sort: digits ("3 1 2" or 312); classify: image files; graph:
+    graph files; lm: prompts; translate: sentences.
+    """
+    from tokformer.engine.pretrained import load
+
+    predictor = load(run_dir, checkpoint, device)
+    options = {} if top_k is None else {"top_k": top_k}
+    for source, prediction in zip(inputs, predictor(inputs, **options), strict=True):
+        click.echo(predictor.task.show_prediction(source, prediction))
 
 
 @main.command(context_settings=CONTEXT)
@@ -304,13 +454,13 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
     """Translate SENTENCE (or --file, or the held-out split with --eval) with a `tokformer train translate` run
     or its model folder (tokformer export)."""
     from tokformer.engine.progress import progress
-    from tokformer.tasks.translate import Translator, evaluate, read_sentences, translate
+    from tokformer.tasks.translate import evaluate, load_translator, read_sentences, translate
 
     if (sentence is not None) + (in_file is not None) + held_out != 1:
         raise click.UsageError("give exactly one of SENTENCE, --file and --eval")
     if out_file is not None and in_file is None:
         raise click.UsageError("--out needs --file")
-    model = Translator.load(run_dir, checkpoint, device)
+    model = load_translator(run_dir, checkpoint, device)
     options = {"beam_size": beam_size, "length_penalty": length_penalty, "batch_size": batch_size}
     if sentence is not None:
         click.echo(translate(model, [sentence], **options)[0])
@@ -352,8 +502,9 @@ def export(run_dir: str, out: str, checkpoint: str, fmt: typing.Literal["folder"
 @main.command(context_settings=CONTEXT)
 @click.argument("name", required=False)
 def tasks(name: str | None) -> None:
-    """List the registered tasks, or the options of task NAME with their defaults."""
-    from tokformer.engine.config import config_fields
+    """List the registered tasks, or the options of task NAME with their defaults (as -o NAME=VALUE;
+    `tokformer train NAME --help` shows them as flags)."""
+    from tokformer.engine.config import config_fields, field_default
     from tokformer.engine.registry import get_task, task_names
 
     if name is None:

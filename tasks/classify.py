@@ -26,19 +26,19 @@ from torchvision.transforms import v2
 from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import BlockOptions, TransformerConfig
-from tokformer.engine import StepOutput, Task, register_task
+from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
 from tokformer.engine import checkpoint as ckpt
 from tokformer.engine.config import help_text
-from tokformer.engine.pretrained import folder_kind, load_model, read_json, task_name
+from tokformer.engine.distributed import Dist
+from tokformer.engine.pretrained import Predictor, folder_kind, load, load_model, read_json, task_name
 from tokformer.errors import ConfigError, DataError
-from tokformer.heads import ClassificationHead, label_smoothing_cross_entropy, topk_correct
+from tokformer.heads import ClassificationHead, label_smoothing_cross_entropy, show_ranked, topk_correct
 from tokformer.tasks import image_data
 from tokformer.tokenizers.image import ImagePatchTokenizer
 from tokformer.tokenizers.registry import load_tokenizer
 from tokformer.tokenizers.timm_vit import ViTSpec, build_vit, from_timm_state_dict, read_weights, spec_from_state_dict
 
 CLASSES_FILE = "classes.json"
-TOKENIZER_DIR = "tokenizer"
 # The architecture an init_from model brought (a timm ViT spec, or a classify model's shape options):
 # a run rebuilds its model from this, never from the init_from source, which may be gone by then.
 INIT_FILE = "init_from.json"
@@ -123,9 +123,10 @@ class ClassifyTask(Task):
         super().__init__(config)
         self.tokenizer = config.tokenizer()
         self.classes: list[str] = []
-        self.run_dir: Path | None = None
+        self.run_dir: Path | None = None  # where plots/confusion.png goes (set by setup)
+        self.dist: Dist | None = None
+        self.confusion: Tensor | None = None  # [C, C] counts (true, predicted) of the last evaluation pass
         self._eval_set: Dataset | None = None
-        self._confusion: Tensor | None = None  # [C, C] counts of the running eval pass (true, predicted)
         self._vit_spec: ViTSpec | None = None  # the shape of a timm init_from model (its head: ours)
         self._init_record: dict[str, Any] | None = None  # what INIT_FILE holds
         self._init_state: dict[str, Tensor] | None = None  # init_from weights, our key names, until build_model
@@ -152,23 +153,22 @@ class ClassifyTask(Task):
         if self.config.init_from and self._init_record is None:  # a new run (resume loaded the record)
             self._read_init_from()
         c = self.config
-        return _Tagged(image_data.Augmented(train, image_data.train_transform(c.image_size, c.crop_scale, c.flip)))
+        return image_data.Augmented(train, image_data.train_transform(c.image_size, c.crop_scale, c.flip))
 
     def eval_dataset(self) -> Dataset:
         if self._eval_set is None:
             _, self._eval_set = self._datasets()
         return image_data.Augmented(self._eval_set, image_data.to_rgb)
 
-    def collate(self, samples: list[tuple[Any, ...]]) -> dict[str, Any]:
-        """``(image, label)`` items (``(image, label, True)`` for training) -> tokens, labels, targets.
+    def collate(self, samples: list[tuple[Any, int]], train: bool) -> dict[str, Any]:
+        """``(image, label)`` items -> tokens, labels, targets.
 
-        ``targets`` are the labels, or ``[B, C]`` soft targets when mixup/cutmix mixed the batch.
+        ``targets`` are the labels, or ``[B, C]`` soft targets when mixup/cutmix mixed a training batch.
         """
         labels = torch.tensor([s[1] for s in samples], dtype=torch.long)  # [B]
         images: Any = [s[0] for s in samples]
         targets: Tensor = labels
-        mixing = self.config.mixup > 0 or self.config.cutmix > 0
-        if mixing and len(samples[0]) == 3:  # training items are tagged
+        if train and (self.config.mixup > 0 or self.config.cutmix > 0):
             images, targets = self._mix(torch.stack(images), labels)
         return {"tokens": self.tokenizer.batch(images), "labels": labels, "targets": targets}
 
@@ -260,35 +260,36 @@ class ClassifyTask(Task):
         labels = batch["labels"]  # [B]
         loss = label_smoothing_cross_entropy(logits, batch["targets"], self.config.label_smoothing)
         hits = topk_correct(logits, labels, (1, 5))
-        if not model.training:
-            self._count_eval(logits.argmax(-1), labels)
         n = len(labels)
-        return StepOutput(loss=loss, metrics={"accuracy": (hits[1], n), "top5": (hits[5], n)}, count=n)
+        return StepOutput(loss=loss, metrics={"accuracy": (hits[1], n), "top5": (hits[5], n)}, count=n,
+                          outputs=logits.argmax(-1))
 
-    # -- confusion matrix --------------------------------------------------------------
+    # -- evaluation pass: the confusion matrix -------------------------------------------
 
-    def _count_eval(self, predicted: Tensor, labels: Tensor) -> None:
-        """Add an eval batch to the confusion matrix; write the PNG once this process's share is done."""
+    def setup(self, run_dir: Path, dist: Dist) -> None:
+        self.run_dir, self.dist = run_dir, dist
+
+    def eval_batch(self, model: nn.Module, batch: dict[str, Any], output: StepOutput) -> Tensor:
+        """This batch's ``[C, C]`` confusion counts (true, predicted)."""
         n = len(self.classes)
-        counts = torch.bincount(labels.cpu() * n + predicted.cpu(), minlength=n * n).reshape(n, n)
-        self._confusion = counts if self._confusion is None else self._confusion + counts
-        if self._eval_set is None or int(self._confusion.sum()) < _rank_share(len(self._eval_set)):
-            return
-        if self.run_dir is not None and int(os.environ.get("RANK", "0")) == 0:
-            plot_confusion(self._confusion, self.classes, self.run_dir / "plots" / "confusion.png")
-        self._confusion = None
+        return torch.bincount(batch["labels"].cpu() * n + output.outputs.cpu(), minlength=n * n).reshape(n, n)
+
+    def eval_end(self, outputs: list[Tensor]) -> dict[str, float]:
+        """Sum the pass's confusion counts into :attr:`confusion`; rank 0 plots it."""
+        self.confusion = torch.stack(outputs).sum(0) if outputs else None
+        if self.confusion is not None and self.run_dir is not None and self.dist is not None and self.dist.is_main:
+            plot_confusion(self.confusion, self.classes, self.run_dir / "plots" / "confusion.png")
+        return {}
 
     # -- assets and inference ----------------------------------------------------------
 
     def save_assets(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
         self.tokenizer.save(run_dir / TOKENIZER_DIR)
         (run_dir / CLASSES_FILE).write_text(json.dumps(self.classes, indent=1) + "\n", encoding="utf-8")
         if self._init_record is not None:
             (run_dir / INIT_FILE).write_text(json.dumps(self._init_record, indent=1) + "\n", encoding="utf-8")
 
     def load_assets(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
         tokenizer = load_tokenizer(run_dir / TOKENIZER_DIR)
         if not isinstance(tokenizer, ImagePatchTokenizer):
             raise DataError(f"{run_dir / TOKENIZER_DIR} is not an image tokenizer")
@@ -313,23 +314,19 @@ class ClassifyTask(Task):
             raise ConfigError(f"{file}: not an init_from architecture record ({err})") from None
         self._init_record = record
 
-    def predict(self, model: nn.Module, images: Sequence[Any], top_k: int = 5) -> list[list[tuple[str, float]]]:
+    def predict(self, model: nn.Module, inputs: Sequence[Any], top_k: int = 5) -> list[list[tuple[str, float]]]:
         """Top ``top_k`` (class, probability) pairs per image (PIL images, tensors or file paths)."""
         device = next(model.parameters()).device
         with torch.no_grad():
-            probs = model(self.tokenizer.batch(list(images)).to(device)).float().softmax(-1)  # [B, C]
+            probs = model(self.tokenizer.batch(list(inputs)).to(device)).float().softmax(-1)  # [B, C]
         top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
         return [
             [(self.classes[i], p) for i, p in zip(idx.tolist(), val.tolist(), strict=True)]
             for idx, val in zip(top.indices, top.values, strict=True)
         ]
 
-    def predict_inputs(self, model: nn.Module, inputs: Sequence[str], top_k: int = 5) -> list[str]:
-        """``tokformer predict``: one line per image file with its top classes."""
-        lines = []
-        for path, ranked in zip(inputs, self.predict(model, inputs, top_k), strict=True):
-            lines.append(f"{path}: " + ", ".join(f"{name} {p:.3f}" for name, p in ranked))
-        return lines
+    def show_prediction(self, source: str, prediction: list[tuple[str, float]]) -> str:
+        return show_ranked(source, prediction)
 
     def export_example(self) -> tuple[TokenBatch]:
         """``model(*args)`` arguments to trace for export: two random images of the training size,
@@ -369,40 +366,18 @@ def plot_confusion(counts: Tensor, classes: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def _rank_share(n: int) -> int:
-    """Eval samples this process sees (the engine strides the eval set over processes)."""
-    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-    return len(range(rank, n, world))
-
-
-class _Tagged(Dataset):
-    """Marks training items ``(image, label, True)`` so collate applies mixup/cutmix to them only."""
-
-    def __init__(self, base: Dataset) -> None:
-        self.base = base
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def __getitem__(self, i: int) -> tuple[Any, int, bool]:
-        image, label = self.base[i]
-        return image, label, True
-
-
-def predict(
-    source: str | os.PathLike | tuple[Task, nn.Module], images: Sequence[Any], *, top_k: int = 5,
-    checkpoint: str = "best", device: str = "cpu",
-) -> list[list[tuple[str, float]]]:
+def predict(source: str | os.PathLike | Predictor, images: Sequence[Any], *, top_k: int = 5,
+            checkpoint: str = "best", device: str = "cpu") -> list[list[tuple[str, float]]]:
     """Top ``top_k`` (class, probability) per image: the Python form of ``tokformer predict``.
 
     ``source`` is a classify run directory (weights of ``checkpoint``), a model folder, or the
-    ``(task, model)`` pair of :func:`tokformer.from_pretrained`: load once and pass the pair when
-    predicting many times, since loading a path rebuilds the model.
+    :class:`~tokformer.engine.pretrained.Predictor` of ``tokformer.load(path)``: load once and
+    pass that when predicting many times, since loading a path rebuilds the model.
     """
-    task, model = source if isinstance(source, tuple) else load_model(source, checkpoint, device)
-    if not isinstance(task, ClassifyTask):
-        raise ConfigError(f"{source if not isinstance(source, tuple) else 'the model'} is not a classify model")
-    return task.predict(model, images, top_k)
+    predictor = source if isinstance(source, Predictor) else load(source, checkpoint, device)
+    if not isinstance(predictor.task, ClassifyTask):
+        raise ConfigError(f"{source if not isinstance(source, Predictor) else 'the model'} is not a classify model")
+    return predictor(images, top_k=top_k)
 
 
 def _spec_dict(spec: ViTSpec) -> dict[str, Any]:

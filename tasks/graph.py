@@ -9,13 +9,15 @@ over in Python with :func:`register_graphs`. The data is split into stratified f
 the task trains on all folds but ``fold`` and evaluates on ``fold``.
 
 Eigenvector signs are flipped at random in :meth:`GraphTask.step` whenever the model is
-in training mode: only the step knows the mode, and drawing from torch's global RNG (which
-the engine seeds and checkpoints) keeps runs reproducible and resumable.
+in training mode, not in ``collate``: the step draws from torch's global RNG, which the
+engine seeds and checkpoints, so runs stay reproducible and resume exactly even with
+DataLoader workers (whose generators are not checkpointed).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -31,15 +33,14 @@ from torch.utils.data import Dataset
 from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import BlockOptions, TransformerConfig
-from tokformer.engine import StepOutput, Task, register_task
+from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
 from tokformer.engine.config import help_text
 from tokformer.errors import ConfigError, DataError
-from tokformer.heads import ClassificationHead
+from tokformer.heads import ClassificationHead, show_ranked
 from tokformer.tasks.graph_data import LabeledGraphs, labeled_graphs, load_graphs, read_graph, stratified_folds
 from tokformer.tokenizers.graph import GraphEncoding, GraphTokenizer
 
 CLASSES_FILE = "classes.json"
-TOKENIZER_DIR = "tokenizer"
 _REGISTERED: dict[str, LabeledGraphs] = {}
 
 
@@ -170,7 +171,7 @@ class GraphTask(Task):
     def eval_dataset(self) -> EncodedGraphs:
         return self._subset(held_out=True)
 
-    def collate(self, samples: list[tuple[GraphEncoding, int]]) -> dict[str, TokenBatch | Tensor]:
+    def collate(self, samples: list[tuple[GraphEncoding, int]], train: bool) -> dict[str, TokenBatch | Tensor]:
         return {"tokens": self.tokenizer.collate([s[0] for s in samples]),
                 "labels": torch.tensor([s[1] for s in samples], dtype=torch.long)}
 
@@ -208,19 +209,19 @@ class GraphTask(Task):
         self.classes = classes
 
     @torch.no_grad()
-    def predict(self, model: nn.Module, graphs: Sequence[nx.Graph], top_k: int = 1) -> list[list[tuple[str, float]]]:
-        """The ``top_k`` (class name, probability) pairs of each graph, best first (eval mode: no sign flips)."""
-        tokens = self.tokenizer.eval().batch(list(graphs)).to(next(model.parameters()).device)
+    def predict(self, model: nn.Module, inputs: Sequence[nx.Graph | str | os.PathLike],
+                top_k: int = 5) -> list[list[tuple[str, float]]]:
+        """The ``top_k`` (class name, probability) pairs of each graph (a networkx graph or a graph
+        file), best first; no sign flips."""
+        graphs = [g if isinstance(g, nx.Graph) else read_graph(Path(g)) for g in inputs]
+        tokens = self.tokenizer.augment(False).batch(graphs).to(next(model.parameters()).device)
         probs = model(tokens).float().softmax(-1)  # [B, n_classes]
         top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
         return [[(self.classes[i], p) for i, p in zip(idx, ps, strict=True)]
                 for idx, ps in zip(top.indices.tolist(), top.values.tolist(), strict=True)]
 
-    def predict_inputs(self, model: nn.Module, inputs: Sequence[str], top_k: int = 5) -> list[str]:
-        """``tokformer predict RUN_DIR FILE...``: one line per graph file with its top classes."""
-        ranked = self.predict(model, [read_graph(Path(path)) for path in inputs], top_k)
-        return [f"{path}: " + ", ".join(f"{name} {p:.3f}" for name, p in best)
-                for path, best in zip(inputs, ranked, strict=True)]
+    def show_prediction(self, source: str, prediction: list[tuple[str, float]]) -> str:
+        return show_ranked(source, prediction)
 
     def export_example(self) -> tuple[TokenBatch]:
         """``model(*args)`` arguments to trace for export: a 5-cycle and a 7-node path, tokenized

@@ -32,6 +32,7 @@ import networkx as nx
 import numpy as np
 
 from tokformer.errors import DataError
+from tokformer.files import reading
 
 CSL_NODES = 41
 CSL_SKIPS = (2, 3, 4, 5, 6, 9, 11, 12, 13, 16)
@@ -108,14 +109,15 @@ def read_graph(path: Path) -> nx.Graph:
     if suffix not in GRAPH_SUFFIXES:
         raise DataError(f"{path}: unknown graph file type {suffix!r}; use one of {', '.join(GRAPH_SUFFIXES)}")
     try:
-        if suffix == ".graphml":
-            graph = nx.read_graphml(path)
-        elif suffix == ".gml":
-            graph = nx.read_gml(path)
-        else:
-            graph = nx.read_edgelist(path, comments="#")
-    except OSError as err:
-        raise DataError(f"{path}: cannot read: {err.strerror or err}") from None
+        with reading(path):
+            if suffix == ".graphml":
+                graph = nx.read_graphml(path)
+            elif suffix == ".gml":
+                graph = nx.read_gml(path)
+            else:
+                graph = nx.read_edgelist(path, comments="#")
+    except DataError:
+        raise
     except Exception as err:  # each networkx reader raises its own parse errors
         first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise DataError(f"{path}: not a readable {suffix[1:]} graph file: {first_line}") from None
@@ -147,9 +149,9 @@ def load_graph_directory(root: Path, classes: Sequence[str] | None = None) -> La
 def load_manifest(manifest: Path, classes: Sequence[str] | None = None) -> LabeledGraphs:
     """Graphs listed in a CSV with columns ``path,label``; labels are class names."""
     try:
-        with manifest.open(newline="", encoding="utf-8") as handle:
+        with reading(manifest), manifest.open(newline="", encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle))
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
+    except csv.Error as err:
         raise DataError(f"{manifest}: cannot read the manifest: {err}") from None
     if not rows or not {"path", "label"} <= set(rows[0]):
         raise DataError(f"{manifest}: expected a CSV with a header 'path,label' and one row per graph")

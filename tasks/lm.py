@@ -22,14 +22,11 @@ import logging
 import math
 import os
 import random
-import shutil
-import tempfile
 import warnings
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -37,12 +34,13 @@ from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
 from tokformer.config import BlockOptions, TransformerConfig
-from tokformer.engine import StepOutput, Task, register_task
+from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
 from tokformer.engine import checkpoint as ckpt
-from tokformer.engine.api import resolve_config, saved_config
 from tokformer.engine.config import help_text
+from tokformer.engine.distributed import Dist, barrier, local
 from tokformer.engine.pretrained import folder_kind, load_model, read_json, saved_task_name
 from tokformer.engine.progress import LOGGER
+from tokformer.engine.trainer import evaluate_model
 from tokformer.errors import ConfigError, DataError, UsageError
 from tokformer.generation import generate, left_pad
 from tokformer.language_model import CausalLM
@@ -52,7 +50,6 @@ from tokformer.tokenizers.bpe import BPETokenizer
 from tokformer.weights import init_weights
 
 EOT = "<|endoftext|>"
-TOKENIZER_DIR = "tokenizer"
 CORPUS_DIR = "corpus"
 # The shape an init_from model gave a run: the run rebuilds its model from this, never from the
 # init_from source, which may be gone by then.
@@ -148,39 +145,43 @@ class LMTask(Task):
         super().__init__(config)
         self.tokenizer: BPETokenizer | None = None
         self.corpus: lm_data.TokenCorpus | None = None
-        self._staging: Path | None = None
-        self._run_dir: Path | None = None
         self._init_record: dict | None = None  # what INIT_FILE holds
         self._init_state: dict[str, Tensor] | None = None  # init_from weights, until build_model
 
     # -- data ------------------------------------------------------------------------
 
-    def _prepare(self) -> lm_data.TokenCorpus:
-        """Tokenizer and packed corpus: read from the run directory on reload, else built in
-        a staging directory that :meth:`save_assets` moves into the run directory (the
-        engine asks for datasets before it tells the task where the run lives)."""
-        if self.corpus is not None:
-            return self.corpus
-        if self._run_dir is not None and (self._run_dir / CORPUS_DIR).is_dir():
-            self.corpus = lm_data.TokenCorpus(self._run_dir / CORPUS_DIR)
-            return self.corpus
-        c = self.config  # a new run, or a model folder (no corpus in it): encode the data
-        if c.init_from and self._init_record is None:
+    def setup(self, run_dir: Path, dist: Dist) -> None:
+        """Tokenizer and packed corpus, made once: rank 0 trains the BPE (unless one was given or
+        loaded) and packs the corpus into ``run_dir``, the other processes wait and load both.
+        A run directory that already holds them (a resume, ``tokformer evaluate``) is reused."""
+        if self.config.init_from and self._init_record is None:  # every process: its weights are needed
             self._read_init_from()
+        corpus_dir = run_dir / CORPUS_DIR
+        if dist.is_main and not (corpus_dir / lm_data.META_FILE).is_file():
+            self._pack(run_dir, corpus_dir)
+        barrier(dist)
+        if self.tokenizer is None:
+            self.tokenizer = BPETokenizer.load(run_dir / TOKENIZER_DIR)
+        self.corpus = lm_data.TokenCorpus(corpus_dir)
+
+    def _pack(self, run_dir: Path, corpus_dir: Path) -> None:
+        """Encode the corpus into ``corpus_dir``, training (and saving) the tokenizer first if needed."""
+        c = self.config
         paths = lm_data.resolve_sources(c.data, c.stdlib_bytes)
         random.Random(c.data_seed).shuffle(paths)
         if self.tokenizer is None:
             self.tokenizer = self._make_tokenizer(paths)
-        eot = self.tokenizer.token_to_id(EOT)
-        self._staging = Path(tempfile.mkdtemp(prefix="tokformer-lm-"))
-        # Ranks other than 0 never get save_assets: their staging copy goes with the task.
-        weakref.finalize(self, shutil.rmtree, self._staging, ignore_errors=True)
+            self.tokenizer.save(run_dir / TOKENIZER_DIR)  # the other processes load it after the barrier
         log.info("encoding %d files", len(paths))
-        meta = lm_data.pack_corpus(lm_data.iter_documents(paths), self.tokenizer.encode, eot,
-                                   self.tokenizer.vocab_size, self._staging, c.val_fraction, [str(p) for p in paths])
+        meta = lm_data.pack_corpus(lm_data.iter_documents(paths), self.tokenizer.encode,
+                                   self.tokenizer.token_to_id(EOT), self.tokenizer.vocab_size, corpus_dir,
+                                   c.val_fraction, [str(p) for p in paths])
         log.info("corpus: %d documents, %d tokens (%d held out)", meta.documents, meta.tokens,
                  meta.tokens - meta.eval_start)
-        self.corpus = lm_data.TokenCorpus(self._staging)
+
+    def _prepared(self) -> lm_data.TokenCorpus:
+        if self.corpus is None:
+            raise ConfigError("the lm task's data is made by setup(run_dir, dist): call it before asking for datasets")
         return self.corpus
 
     def _make_tokenizer(self, paths: list[Path]) -> BPETokenizer:
@@ -202,20 +203,19 @@ class LMTask(Task):
         return BPETokenizer.train(texts, c.vocab_size, special_tokens=[EOT], max_length=c.context_len)
 
     def train_dataset(self) -> lm_data.WindowDataset:
-        return lm_data.WindowDataset(self._prepare(), "train", self.config.context_len)
+        return lm_data.WindowDataset(self._prepared(), "train", self.config.context_len)
 
     def eval_dataset(self) -> lm_data.WindowDataset:
-        return lm_data.WindowDataset(self._prepare(), "eval", self.config.context_len)
+        return lm_data.WindowDataset(self._prepared(), "eval", self.config.context_len)
 
-    def collate(self, samples: list[Tensor]) -> Tensor:
+    def collate(self, samples: list[Tensor], train: bool) -> Tensor:
         return torch.stack(samples)  # [B, context_len + 1]
 
     # -- model -----------------------------------------------------------------------
 
     def build_model(self) -> CausalLM:
         if self.tokenizer is None:
-            self._prepare()
-        assert self.tokenizer is not None
+            raise ConfigError("the lm task has no tokenizer yet: run setup(run_dir, dist) or load_assets(run_dir)")
         model = build_lm(self.tokenizer, self.config)
         if self._init_state is not None:
             ckpt.load_fitting(model, self._init_state, f"init_from {self.config.init_from}", "its config")
@@ -251,23 +251,37 @@ class LMTask(Task):
         nll, n = token_nll(model, batch)
         return StepOutput(loss=nll / n, count=n)
 
+    def eval_batch(self, model: nn.Module, batch: Tensor, output: StepOutput) -> tuple[float, int]:
+        return float(output.loss) * output.count, output.count  # (summed NLL, target tokens)
+
+    def eval_end(self, outputs: list[tuple[float, int]]) -> dict[str, float]:
+        """Held-out ``perplexity``: exp of the NLL summed over every target token of the pass."""
+        total, count = map(sum, zip(*outputs, strict=True)) if outputs else (0.0, 0)
+        return {"perplexity": math.exp(total / count)} if count else {}
+
+    def predict(self, model: nn.Module, inputs: Sequence[str], **options: Any) -> list[str]:
+        """The continuation of each prompt; ``options`` are :func:`generate_text`'s (``max_new_tokens``,
+        ``temperature``, ``top_k``, ``top_p``, ``stop``, ``seed``, ``use_cache``, ``on_text``)."""
+        if self.tokenizer is None:
+            raise ConfigError("the lm task has no tokenizer: load it with load_assets (tokformer.load does)")
+        c = self.config
+        return generate_text(LoadedLM(self.tokenizer, model, c.context_len, c.bos_token, c.eos_token),
+                             list(inputs), **options)
+
+    def show_prediction(self, source: str, prediction: str) -> str:
+        return source + prediction
+
     # -- assets ----------------------------------------------------------------------
 
     def save_assets(self, run_dir: Path) -> None:
-        """The tokenizer, and the packed corpus moved out of its staging directory."""
-        self._run_dir = run_dir
+        """The tokenizer and the init_from record (the packed corpus stays in the run directory only)."""
         assert self.tokenizer is not None
         self.tokenizer.save(run_dir / TOKENIZER_DIR)
         if self._init_record is not None:
             (run_dir / INIT_FILE).write_text(json.dumps(self._init_record, indent=1) + "\n", encoding="utf-8")
-        if self.corpus is not None and self._staging is not None:
-            self.corpus.move_to(run_dir / CORPUS_DIR)
-            shutil.rmtree(self._staging, ignore_errors=True)
-            self._staging = None
 
     def load_assets(self, run_dir: Path) -> None:
-        """The tokenizer now; the corpus only when a dataset is asked for (generation needs none)."""
-        self._run_dir = run_dir
+        """The tokenizer (the corpus is setup's business: generation needs none)."""
         self.tokenizer = BPETokenizer.load(run_dir / TOKENIZER_DIR)
         if (run_dir / INIT_FILE).is_file():
             self._apply_init_record(read_json(run_dir / INIT_FILE))
@@ -318,30 +332,21 @@ def load_lm(path: str | os.PathLike, checkpoint: str = "best", device: str | tor
     return LoadedLM(task.tokenizer, model, c.context_len, c.bos_token, c.eos_token)
 
 
-def held_out_perplexity(model: nn.Module, dataset: lm_data.WindowDataset, batch_size: int = 32) -> float:
-    """``exp(total NLL / total target tokens)`` of ``model`` over every window of ``dataset``:
-    a mean over tokens, so uneven batches weigh exactly what their tokens weigh."""
-    device = next(model.parameters()).device
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for lo in range(0, len(dataset), batch_size):
-            windows = torch.stack([dataset[i] for i in range(lo, min(lo + batch_size, len(dataset)))])
-            nll, n = token_nll(model, windows.to(device))
-            total, count = total + float(nll), count + n
-    return math.exp(total / count)
-
-
 def perplexity(run_dir: str | os.PathLike, *, checkpoint: str = "best", batch_size: int = 32,
                device: str = "cpu") -> dict[str, float]:
-    """Held-out perplexity of an ``lm`` run's model, and of the unigram baseline (same
-    tokenizer, same held-out target tokens): ``{"ppl", "unigram_ppl", "tokens"}``."""
-    lm = load_lm(run_dir, checkpoint, device)  # checks that this is an lm run
-    task = LMTask(resolve_config(saved_config(Path(run_dir))).task_config)
-    task.load_assets(Path(run_dir))
+    """Held-out perplexity of an ``lm`` run's model (the engine's evaluation pass, see
+    :meth:`LMTask.eval_end`) and of the unigram baseline (same tokenizer, same held-out target
+    tokens): ``{"ppl", "unigram_ppl", "tokens"}``."""
+    if saved_task_name(run_dir) != "lm":
+        raise UsageError(f"{run_dir} is not a run of task 'lm'; perplexity needs a language-model run")
+    task, model = load_model(run_dir, checkpoint, device)
+    d = local(device)
+    task.setup(Path(run_dir), d)
     dataset = task.eval_dataset()
-    unigram = lm_data.unigram_perplexity(dataset.corpus, lm.tokenizer.vocab_size, dataset.target_range)
+    ppl = evaluate_model(task, model, dataset, d, batch_size, "fp32", show=False)["perplexity"]
+    unigram = lm_data.unigram_perplexity(dataset.corpus, task.tokenizer.vocab_size, dataset.target_range)
     lo, hi = dataset.target_range
-    return {"ppl": held_out_perplexity(lm.model, dataset, batch_size), "unigram_ppl": unigram, "tokens": hi - lo}
+    return {"ppl": ppl, "unigram_ppl": unigram, "tokens": hi - lo}
 
 
 class TextStream:
@@ -476,5 +481,5 @@ def generate_text(
     return [s.text for s in streams]
 
 
-__all__ = ["LMConfig", "LMTask", "LoadedLM", "TextStream", "build_lm", "generate_text", "held_out_perplexity",
-           "load_lm", "perplexity", "token_nll"]
+__all__ = ["LMConfig", "LMTask", "LoadedLM", "TextStream", "build_lm", "generate_text", "load_lm", "perplexity",
+           "token_nll"]

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import math
-import shutil
 import sysconfig
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -30,12 +30,15 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from tokformer.engine.progress import LOGGER
 from tokformer.errors import DataError
+from tokformer.files import read_bytes
 
 STDLIB = "stdlib"
 # Test suites are huge and repetitive; the rest are demos or vendored code, not "the stdlib".
 STDLIB_SKIP = {"test", "tests", "site-packages", "__pycache__", "idlelib", "lib2to3", "turtledemo", "ensurepip"}
 STDLIB_STRIDE = 3  # every third file of the sorted list: many modules, not just a-c
+log = logging.getLogger(LOGGER)
 CORPUS_FILE = "corpus.bin"
 META_FILE = "corpus.json"
 
@@ -79,8 +82,9 @@ def resolve_sources(spec: str, stdlib_bytes: int) -> list[Path]:
 
 
 def read_document(path: Path) -> str | None:
-    """The file's text, or None for binary or non-UTF-8 files and files of whitespace only."""
-    data = path.read_bytes()
+    """The file's text, or None for binary or non-UTF-8 files and files of whitespace only
+    (:func:`iter_documents` says how many it skipped); DataError if it cannot be read at all."""
+    data = read_bytes(path)
     if b"\x00" in data:
         return None
     try:
@@ -91,11 +95,19 @@ def read_document(path: Path) -> str | None:
 
 
 def iter_documents(paths: Iterable[Path]) -> Iterator[str]:
-    """Usable documents of ``paths``, one file read at a time."""
+    """Usable documents of ``paths``, one file read at a time; once every file is read, a warning
+    counts the files skipped as binary, not UTF-8 or whitespace only (nothing is dropped silently)."""
+    skipped, used = [], 0
     for path in paths:
         text = read_document(path)
-        if text is not None:
+        if text is None:
+            skipped.append(path)
+        else:
+            used += 1
             yield text
+    if skipped and used:  # none used: the caller's error about the whole corpus says it
+        log.warning("skipped %d file(s) that are binary, not UTF-8 or whitespace only, e.g. %s",
+                    len(skipped), skipped[0])
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -164,8 +176,7 @@ class TokenCorpus:
     """The packed ids of a corpus directory, memory-mapped read-only on first use.
 
     The map is opened lazily and dropped when pickled, so DataLoader workers each map the
-    file themselves instead of receiving a copy of it; :meth:`move_to` relocates the files
-    (from a staging directory into the run directory) and re-points the map.
+    file themselves instead of receiving a copy of it.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -186,12 +197,6 @@ class TokenCorpus:
     def split(self, name: str) -> tuple[int, int]:
         """``(start, stop)`` of the ``train`` or ``eval`` ids."""
         return (0, self.meta.eval_start) if name == "train" else (self.meta.eval_start, self.meta.tokens)
-
-    def move_to(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        for name in (CORPUS_FILE, META_FILE):
-            shutil.move(str(self.directory / name), str(directory / name))
-        self.directory, self._ids = directory, None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_ids": None}

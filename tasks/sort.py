@@ -10,6 +10,7 @@ so it exercises attention, not just a per-token lookup.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from torch.utils.data import Dataset
 
 from tokformer.batch import TokenBatch
 from tokformer.embedding import Embedder
-from tokformer.engine import StepOutput, Task, register_task
+from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
+from tokformer.errors import DataError
 from tokformer.positional import LearnedPositions
 from tokformer.transformer import Encoder, TransformerConfig
 
@@ -80,7 +82,7 @@ class SortModel(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab)
 
     def forward(self, tokens: TokenBatch) -> Tensor:  # -> [B, N, vocab] logits
-        return self.head(self.encoder(self.embed(tokens), mask=tokens.mask))
+        return self.head(self.encoder(self.embed(tokens), mask=tokens.mask, attn_mask=tokens.attention_bias))
 
 
 @register_task("sort")
@@ -99,7 +101,7 @@ class SortTask(Task):
         c = self.config
         return SortDataset(make_sequences(c.eval_size, c.seq_len, c.vocab, c.data_seed + 1))
 
-    def collate(self, samples: list[tuple[Tensor, Tensor]]) -> dict[str, TokenBatch | Tensor]:
+    def collate(self, samples: list[tuple[Tensor, Tensor]], train: bool) -> dict[str, TokenBatch | Tensor]:
         ids = torch.stack([s[0] for s in samples])  # [B, N]
         positions = torch.arange(ids.shape[1]).expand_as(ids)  # [B, N]
         tokens = TokenBatch(ids=ids, mask=torch.ones_like(ids, dtype=torch.bool), positions=positions)
@@ -124,20 +126,37 @@ class SortTask(Task):
 
     def save_assets(self, run_dir: Path) -> None:
         """The vocabulary, written like any tokenizer's files so inference can read it back."""
-        (run_dir / "tokenizer").mkdir(exist_ok=True)
+        (run_dir / TOKENIZER_DIR).mkdir(exist_ok=True)
         vocab = {str(i): i for i in range(self.config.vocab)}
-        (run_dir / "tokenizer" / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+        (run_dir / TOKENIZER_DIR / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
 
-    def predict(self, model: nn.Module, digits: list[int]) -> list[int]:
-        """Sort one sequence with a trained model (the future ``tokformer predict`` hook)."""
-        ids = torch.tensor(digits)
-        tokens = self.collate([(ids, ids)])["tokens"].to(next(model.parameters()).device)
+    def predict(self, model: nn.Module, inputs: Sequence[Sequence[int] | str]) -> list[list[int]]:
+        """Each sequence sorted by the model; a sequence is digits (``[3, 1, 2]``) or a string of
+        them (``"3 1 2"`` or ``"312"``, as ``tokformer predict`` passes it)."""
+        device, out = next(model.parameters()).device, []
         with torch.no_grad():
-            return model(tokens).argmax(-1)[0].tolist()
+            for row in map(self._digits, inputs):  # one at a time: sequences may differ in length
+                tokens = self.collate([(row, row)], train=False)["tokens"].to(device)
+                out.append(model(tokens).argmax(-1)[0].tolist())
+        return out
+
+    def show_prediction(self, source: str, prediction: list[int]) -> str:
+        return " ".join(map(str, prediction))
+
+    def _digits(self, value: Sequence[int] | str) -> Tensor:  # [n]
+        c = self.config
+        try:
+            parts = value.split() if isinstance(value, str) else list(value)
+            digits = [int(x) for x in (list(parts[0]) if len(parts) == 1 and isinstance(value, str) else parts)]
+        except ValueError:
+            digits = []
+        if not 0 < len(digits) <= c.seq_len or not all(0 <= x < c.vocab for x in digits):
+            raise DataError(f"{value!r}: the model sorts 1 to {c.seq_len} numbers in 0..{c.vocab - 1}")
+        return torch.tensor(digits)
 
     def export_example(self) -> tuple[TokenBatch]:
         """``model(*args)`` arguments to trace for export: two random digit sequences, collated
         as for training (2 samples, so the traced batch dimension stays dynamic)."""
         c = self.config
         digits = make_sequences(2, c.seq_len, c.vocab, c.data_seed)  # [2, seq_len]
-        return (self.collate([(row, row) for row in digits])["tokens"],)
+        return (self.collate([(row, row) for row in digits], train=False)["tokens"],)

@@ -16,6 +16,7 @@ See docs/translation.md.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,8 +32,11 @@ from torch import nn
 from tokformer.batch import TokenBatch
 from tokformer.beam_search import DecodeConfig, beam_search, greedy_decode
 from tokformer.config import BlockOptions, TransformerConfig
-from tokformer.engine import StepOutput, Task, register_task
-from tokformer.engine.pretrained import load_model
+from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
+from tokformer.engine.config import help_text
+from tokformer.engine.distributed import Dist, barrier
+from tokformer.engine.pretrained import Predictor, load
+from tokformer.engine.progress import LOGGER
 from tokformer.errors import ConfigError, DataError
 from tokformer.seq2seq import Seq2Seq
 from tokformer.tasks.numbers_de import number_pairs, split_numbers
@@ -50,7 +54,8 @@ from tokformer.tokenizers.bpe import BPETokenizer
 from tokformer.tokenizers.registry import load_tokenizer
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
-SHARED_DIR, SRC_DIR, TGT_DIR = "tokenizer", "tokenizer_src", "tokenizer_tgt"
+SRC_DIR, TGT_DIR = "tokenizer_src", "tokenizer_tgt"  # with shared_vocab=false; else the one TOKENIZER_DIR
+log = logging.getLogger(LOGGER)
 
 
 @dataclass
@@ -60,42 +65,42 @@ class TranslateConfig(BlockOptions):
     train_defaults: ClassVar[dict[str, Any]] = {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 150,
                                                 "eval_every": 500}
 
-    data: str | None = field(default=None, metadata={
-        "help": "training pairs: a .tsv (source<TAB>target), a .jsonl ({src, tgt}), or the source-side text "
-                "file with data_tgt; none: English numbers -> German number words"})
-    data_tgt: str | None = field(default=None, metadata={"help": "target-side file aligned line by line with data"})
-    eval_data: str | None = field(default=None, metadata={"help": "held-out pairs (same formats as data)"})
-    eval_data_tgt: str | None = field(default=None, metadata={"help": "target-side file aligned with eval_data"})
-    eval_fraction: float = field(default=0.05, metadata={
-        "help": "share of data held out when no eval_data is given"})
-    train_size: int = field(default=60000, metadata={"help": "generated training pairs (default data only)"})
-    eval_size: int = field(default=1000, metadata={"help": "generated held-out pairs (default data only)"})
-    data_seed: int = field(default=1234, metadata={"help": "seed of data generation and held-out split"})
-    vocab_size: int = field(default=420, metadata={"help": "BPE vocabulary per side (256 bytes + merges + 3)"})
-    bpe_sample: int = field(default=10000, metadata={"help": "training pairs the BPE is learned from"})
-    shared_vocab: bool = field(default=True, metadata={"help": "one BPE for source and target"})
-    share_embeddings: bool = field(default=True, metadata={
-        "help": "one embedding table for encoder, decoder and output (needs shared_vocab)"})
-    max_len: int = field(default=64, metadata={"help": "longest sentence in tokens, per side"})
-    too_long: Literal["error", "skip"] = field(default="error", metadata={
-        "help": "a training pair longer than max_len: error (naming file:line) or skip"})
-    d_model: int = field(default=128, metadata={"help": "token width"})
-    n_heads: int = field(default=4, metadata={"help": "attention heads"})
-    encoder_layers: int = field(default=3, metadata={"help": "encoder blocks"})
-    decoder_layers: int = field(default=3, metadata={"help": "decoder blocks"})
-    d_ff: int | None = field(default=None, metadata={"help": "feed-forward width (default 4*d_model)"})
-    dropout: float = field(default=0.0, metadata={
-        "help": "dropout; 0 suits the default data (each pair is seen under twice), 0.1-0.3 small real corpora"})
-    label_smoothing: float = field(default=0.1, metadata={"help": "label smoothing of the cross-entropy"})
-    bucket_pool: int = field(default=50, metadata={
-        "help": "batches sorted by length together (length bucketing); 0: plain shuffle"})
-    beam_size: int = field(default=4, metadata={"help": "default beam size of translate (1: greedy)"})
-    length_penalty: float = field(default=1.0, metadata={"help": "default beam length penalty alpha"})
-    max_len_a: float = field(default=1.5, metadata={"help": "output limit: max_len_a * source tokens + max_len_b"})
-    max_len_b: int = field(default=10, metadata={"help": "output limit offset"})
-    bleu_tokenize: str | None = field(default=None, metadata={
-        "help": "sacrebleu tokenizer of BLEU (13a, intl, char, zh, ...); default 13a, but char for the "
-                "generated German numbers, which are single words"})
+    data: str | None = field(default=None, metadata=help_text(
+        "training pairs: a .tsv (source<TAB>target), a .jsonl ({src, tgt}), or the source-side text "
+        "file with data_tgt; none: English numbers -> German number words"))
+    data_tgt: str | None = field(default=None, metadata=help_text("target-side file aligned line by line with data"))
+    eval_data: str | None = field(default=None, metadata=help_text("held-out pairs (same formats as data)"))
+    eval_data_tgt: str | None = field(default=None, metadata=help_text("target-side file aligned with eval_data"))
+    eval_fraction: float = field(default=0.05, metadata=help_text(
+        "share of data held out when no eval_data is given"))
+    train_size: int = field(default=60000, metadata=help_text("generated training pairs (default data only)"))
+    eval_size: int = field(default=1000, metadata=help_text("generated held-out pairs (default data only)"))
+    data_seed: int = field(default=1234, metadata=help_text("seed of data generation and held-out split"))
+    vocab_size: int = field(default=420, metadata=help_text("BPE vocabulary per side (256 bytes + merges + 3)"))
+    bpe_sample: int = field(default=10000, metadata=help_text("training pairs the BPE is learned from"))
+    shared_vocab: bool = field(default=True, metadata=help_text("one BPE for source and target"))
+    share_embeddings: bool = field(default=True, metadata=help_text(
+        "one embedding table for encoder, decoder and output (needs shared_vocab)"))
+    max_len: int = field(default=64, metadata=help_text("longest sentence in tokens, per side"))
+    too_long: Literal["error", "skip"] = field(default="skip", metadata=help_text(
+        "a pair longer than max_len: skip (a warning counts them) or error (naming file:line)"))
+    d_model: int = field(default=128, metadata=help_text("token width"))
+    n_heads: int = field(default=4, metadata=help_text("attention heads"))
+    encoder_layers: int = field(default=3, metadata=help_text("encoder blocks"))
+    decoder_layers: int = field(default=3, metadata=help_text("decoder blocks"))
+    d_ff: int | None = field(default=None, metadata=help_text("feed-forward width (default 4*d_model)"))
+    dropout: float = field(default=0.0, metadata=help_text(
+        "dropout; 0 suits the default data (each pair is seen under twice), 0.1-0.3 small real corpora"))
+    label_smoothing: float = field(default=0.1, metadata=help_text("label smoothing of the cross-entropy"))
+    bucket_pool: int = field(default=50, metadata=help_text(
+        "batches sorted by length together (length bucketing); 0: plain shuffle"))
+    beam_size: int = field(default=4, metadata=help_text("default beam size of translate (1: greedy)"))
+    length_penalty: float = field(default=1.0, metadata=help_text("default beam length penalty alpha"))
+    max_len_a: float = field(default=1.5, metadata=help_text("output limit: max_len_a * source tokens + max_len_b"))
+    max_len_b: int = field(default=10, metadata=help_text("output limit offset"))
+    bleu_tokenize: str | None = field(default=None, metadata=help_text(
+        "sacrebleu tokenizer of BLEU (13a, intl, char, zh, ...); default 13a, but char for the "
+        "generated German numbers, which are single words"))
 
     def __post_init__(self) -> None:
         for name in ("train_size", "eval_size", "vocab_size", "bpe_sample", "max_len"):
@@ -190,12 +195,13 @@ class TranslateTask(Task):
                 self.tgt_tok = _train_bpe([p.tgt for p in sample], c)
         return self.src_tok, self.tgt_tok
 
-    def _dataset(self, pairs: list[Pair]) -> TranslationDataset:
-        """Encode pairs; a pair longer than max_len is an error naming its origin, or skipped."""
+    def _dataset(self, pairs: list[Pair], split: str) -> TranslationDataset:
+        """Encode pairs; a pair longer than max_len is skipped (a warning counts them) or, with
+        ``too_long=error``, an error naming its origin."""
         src_tok, tgt_tok = self.tokenizers()
         src = src_tok.encode_batch([p.src for p in pairs], num_workers=1)
         tgt = tgt_tok.encode_batch([p.tgt for p in pairs], num_workers=1)
-        limit, keep = self.config.max_len, []
+        limit, keep, skipped = self.config.max_len, [], []
         for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
             if max(len(s), len(t)) <= limit:
                 keep.append(i)
@@ -203,17 +209,34 @@ class TranslateTask(Task):
                 side, n = ("source", len(s)) if len(s) > limit else ("target", len(t))
                 raise DataError(f"{pairs[i].origin}: {side} has {n} tokens > max_len {limit}; "
                                 "raise max_len, or set too_long=skip to drop such pairs")
+            else:
+                skipped.append(pairs[i].origin)
         if not keep:
-            raise DataError(f"no sentence pair fits max_len {limit}")
+            raise DataError(f"none of the {len(pairs)} {split} pairs fits max_len {limit} "
+                            f"(the first is {pairs[0].origin}); raise max_len")
+        if skipped:
+            log.warning("skipped %d of %d %s pairs longer than max_len %d tokens (the first: %s); "
+                        "too_long=error stops instead", len(skipped), len(pairs), split, limit, skipped[0])
         return TranslationDataset([src[i] for i in keep], [tgt[i] for i in keep], self.config.bucket_pool)
 
     def train_dataset(self) -> TranslationDataset:
-        return self._dataset(self.pairs()[0])
+        return self._dataset(self.pairs()[0], "training")
 
     def eval_dataset(self) -> TranslationDataset:
-        return self._dataset(self.pairs()[1])
+        return self._dataset(self.pairs()[1], "held-out")
 
-    def collate(self, samples: list[tuple[list[int], list[int]]]) -> TranslationBatch:
+    def setup(self, run_dir: Path, dist: Dist) -> None:
+        """Rank 0 learns the BPE (unless loaded) and saves it; the other processes wait and load it."""
+        if self.src_tok is None and dist.is_main:
+            self.save_assets(run_dir)
+        barrier(dist)
+        if self.src_tok is None:
+            self.load_assets(run_dir)
+
+    def tokenizer_dirs(self) -> tuple[str, ...]:
+        return (TOKENIZER_DIR,) if self.config.shared_vocab else (SRC_DIR, TGT_DIR)
+
+    def collate(self, samples: list[tuple[list[int], list[int]]], train: bool) -> TranslationBatch:
         tok = self.tokenizers()[1]
         return collate_pairs(samples, tok.token_to_id(PAD), tok.token_to_id(BOS), tok.token_to_id(EOS))
 
@@ -233,43 +256,76 @@ class TranslateTask(Task):
                        tgt_tok.vocab_size, tie_output=c.share_embeddings)
 
     def step(self, model: nn.Module, batch: TranslationBatch) -> StepOutput:
-        """Label-smoothed cross-entropy per real target token; in eval also greedy exact match."""
+        """Label-smoothed cross-entropy per real target token, and teacher-forced token accuracy."""
         logits = model(batch.src, batch.tgt_in).float()  # [B, N, V]
         labels = batch.labels  # [B, N]
         loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
                                label_smoothing=self.config.label_smoothing)
         real = labels != IGNORE_INDEX
         correct = (logits.argmax(-1) == labels) & real
-        metrics = {"token_accuracy": (correct.sum(), real.sum())}
-        if not model.training:  # decoding is what translation is judged by, not teacher forcing
-            seq2seq = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
-            tok = self.tokenizers()[1]
-            hyps = greedy_decode(seq2seq, batch.src, tok.token_to_id(BOS), tok.token_to_id(EOS),
-                                 self.config.decode_config())
-            refs = [row[row != IGNORE_INDEX][:-1].tolist() for row in labels]  # drop </s>
-            matches = sum(h == r for h, r in zip(hyps, refs, strict=True))
-            metrics["exact_match"] = (float(matches), len(refs))
-        return StepOutput(loss=loss, metrics=metrics, count=int(real.sum()))
+        return StepOutput(loss=loss, metrics={"token_accuracy": (correct.sum(), real.sum())}, count=int(real.sum()))
+
+    def eval_batch(self, model: Seq2Seq, batch: TranslationBatch, output: StepOutput) -> list[tuple[list, list]]:
+        """(greedy translation, reference) ids of each pair: decoding, not teacher forcing, is what
+        translation is judged by."""
+        tok = self.tokenizers()[1]
+        hyps = greedy_decode(model, batch.src, tok.token_to_id(BOS), tok.token_to_id(EOS), self.config.decode_config())
+        refs = [row[row != IGNORE_INDEX][:-1].tolist() for row in batch.labels]  # drop </s>
+        return list(zip(hyps, refs, strict=True))
+
+    def eval_end(self, outputs: list[list[tuple[list, list]]]) -> dict[str, float]:
+        """``exact_match`` (share of greedy translations equal to the reference) and corpus ``bleu``
+        (sacrebleu, 0-100, with the run's ``bleu_tokenize``) over the whole held-out set."""
+        pairs = [pair for batch in outputs for pair in batch]
+        if not pairs:
+            return {}
+        tok = self.tokenizers()[1]
+        hyps, refs = ([tok.decode(ids, skip_special_tokens=True) for ids in side] for side in zip(*pairs, strict=True))
+        bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize=self.config.bleu_tokenizer()).score
+        return {"exact_match": sum(h == r for h, r in pairs) / len(pairs), "bleu": bleu}
 
     # ----------------------------------------------------------------- assets
 
     def save_assets(self, run_dir: Path) -> None:
-        src_tok, tgt_tok = self.tokenizers()
-        if self.config.shared_vocab:
-            src_tok.save(run_dir / SHARED_DIR)
-        else:
-            src_tok.save(run_dir / SRC_DIR)
-            tgt_tok.save(run_dir / TGT_DIR)
+        for name, tok in zip(self.tokenizer_dirs(), self.tokenizers(), strict=False):  # shared: the one
+            tok.save(run_dir / name)
 
     def load_assets(self, run_dir: Path) -> None:
-        dirs = (SHARED_DIR, SHARED_DIR) if self.config.shared_vocab else (SRC_DIR, TGT_DIR)
         loaded = []
-        for name in dirs:
+        for name in (self.tokenizer_dirs() * 2)[:2]:  # (source, target); shared: one directory for both
             tok = load_tokenizer(run_dir / name)
             if not isinstance(tok, BPETokenizer):
                 raise DataError(f"{run_dir / name} is not a BPE tokenizer")
             loaded.append(tok)
         self.src_tok, self.tgt_tok = loaded
+
+    def predict(self, model: nn.Module, inputs: Sequence[str], *, beam_size: int | None = None,
+                length_penalty: float | None = None, batch_size: int = 64,
+                on_batch: Callable[[int], None] | None = None) -> list[str]:
+        """Translate ``inputs`` (same order out) with beam search (``beam_size=1``: greedy; default:
+        the run's settings); ``on_batch(n)`` reports progress."""
+        cfg = self.config.decode_config(beam_size, length_penalty)
+        src_tok, tgt_tok = self.tokenizers()
+        encoded = src_tok.encode_batch(list(inputs), num_workers=1)
+        for i, ids in enumerate(encoded):
+            if len(ids) > self.config.max_len:
+                raise DataError(f"sentence {i + 1} has {len(ids)} tokens, more than the model's "
+                                f"max_len {self.config.max_len}; split it")
+            if not ids:
+                raise DataError(f"sentence {i + 1} is empty")
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths batch together
+        bos, eos, pad = tgt_tok.token_to_id(BOS), tgt_tok.token_to_id(EOS), src_tok.token_to_id(PAD)
+        decode = greedy_decode if cfg.beam_size == 1 else beam_search
+        device = next(model.parameters()).device
+        out: list[str] = [""] * len(encoded)
+        for lo in range(0, len(order), batch_size):
+            rows = order[lo : lo + batch_size]
+            src: TokenBatch = pad_ids([encoded[i] for i in rows], pad_id=pad).to(device)
+            for i, ids in zip(rows, decode(model, src, bos, eos, cfg), strict=True):
+                out[i] = tgt_tok.decode(ids, skip_special_tokens=True)
+            if on_batch is not None:
+                on_batch(len(rows))
+        return out
 
     def export_example(self) -> tuple[TokenBatch, TokenBatch]:
         """``model(*args)`` arguments to trace for export: (source, shifted target) of two sentence
@@ -278,71 +334,27 @@ class TranslateTask(Task):
         src_tok, tgt_tok = self.tokenizers()
         pairs = [("three hundred twenty-four", "dreihundertvierundzwanzig"), ("seven", "sieben")]
         limit = self.config.max_len
-        batch = self.collate([(src_tok.encode(s)[:limit], tgt_tok.encode(t)[:limit]) for s, t in pairs])
+        batch = self.collate([(src_tok.encode(s)[:limit], tgt_tok.encode(t)[:limit]) for s, t in pairs], train=False)
         return batch.src, batch.tgt_in
 
 
-class Translator:
-    """A trained translation model with its tokenizers: what :func:`translate` runs.
-
-    Build one with :meth:`load` to translate many batches without reloading the run.
-    """
-
-    def __init__(self, task: TranslateTask, model: Seq2Seq) -> None:
-        self.task, self.model = task, model.eval()
-        self.src_tok, self.tgt_tok = task.tokenizers()
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, checkpoint: str = "best", device: str = "cpu") -> Translator:
-        """From a translate run directory (its ``checkpoint``) or a model folder (tokformer export)."""
-        task, model = load_model(path, checkpoint, device)
-        if not isinstance(task, TranslateTask):
-            raise ConfigError(f"{path} is a '{type(task).__name__}' run, not a translate run")
-        return cls(task, model)
-
-    def translate(self, sentences: Sequence[str], *, beam_size: int | None = None,
-                  length_penalty: float | None = None, batch_size: int = 64,
-                  on_batch: Callable[[int], None] | None = None) -> list[str]:
-        """Translate ``sentences`` (same order out); ``on_batch(n)`` reports progress."""
-        cfg = self.task.config.decode_config(beam_size, length_penalty)
-        encoded = self.src_tok.encode_batch(list(sentences), num_workers=1)
-        for i, ids in enumerate(encoded):
-            if len(ids) > self.task.config.max_len:
-                raise DataError(f"sentence {i + 1} has {len(ids)} tokens, more than the model's "
-                                f"max_len {self.task.config.max_len}; split it")
-            if not ids:
-                raise DataError(f"sentence {i + 1} is empty")
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths batch together
-        bos, eos = self.tgt_tok.token_to_id(BOS), self.tgt_tok.token_to_id(EOS)
-        pad = self.src_tok.token_to_id(PAD)
-        decode = greedy_decode if cfg.beam_size == 1 else beam_search
-        device = next(self.model.parameters()).device
-        out: list[str] = [""] * len(encoded)
-        for lo in range(0, len(order), batch_size):
-            rows = order[lo : lo + batch_size]
-            src: TokenBatch = pad_ids([encoded[i] for i in rows], pad_id=pad).to(device)
-            for i, ids in zip(rows, decode(self.model, src, bos, eos, cfg), strict=True):
-                out[i] = self.tgt_tok.decode(ids, skip_special_tokens=True)
-            if on_batch is not None:
-                on_batch(len(rows))
-        return out
+def load_translator(source: str | os.PathLike | Predictor, checkpoint: str = "best", device: str = "cpu") -> Predictor:
+    """``tokformer.load(source)``, refusing anything but a translate model; a Predictor passes through."""
+    predictor = source if isinstance(source, Predictor) else load(source, checkpoint, device)
+    if not isinstance(predictor.task, TranslateTask):
+        raise ConfigError(f"{source} is a '{type(predictor.task).__name__}' model, not a translate model")
+    return predictor
 
 
-def _translator(run_dir_or_model: str | os.PathLike | Translator, checkpoint: str, device: str) -> Translator:
-    if isinstance(run_dir_or_model, Translator):
-        return run_dir_or_model
-    return Translator.load(run_dir_or_model, checkpoint, device)
-
-
-def translate(run_dir_or_model: str | os.PathLike | Translator, sentences: Sequence[str], *,
+def translate(run_dir_or_model: str | os.PathLike | Predictor, sentences: Sequence[str], *,
               beam_size: int | None = None, length_penalty: float | None = None, batch_size: int = 64,
               checkpoint: str = "best", device: str = "cpu",
               on_batch: Callable[[int], None] | None = None) -> list[str]:
     """Translate sentences with a trained run; the Python form of ``tokformer translate``.
 
     Args:
-        run_dir_or_model: a run directory of ``tokformer train translate``, a model folder, or a loaded
-            :class:`Translator` (load once with ``Translator.load`` for repeated calls).
+        run_dir_or_model: a run directory of ``tokformer train translate``, a model folder, or the
+            Predictor of ``tokformer.load(path)`` (load once for repeated calls).
         sentences: source sentences, one per item.
         beam_size: 1 is greedy decoding; default: the run's ``beam_size`` (4).
         length_penalty: alpha of score / length**alpha; default: the run's (1.0).
@@ -354,7 +366,7 @@ def translate(run_dir_or_model: str | os.PathLike | Translator, sentences: Seque
         One translation per sentence, in order. Output length is limited to
         ``max_len_a * source tokens + max_len_b`` (run config) and to ``max_len``.
     """
-    return _translator(run_dir_or_model, checkpoint, device).translate(
+    return load_translator(run_dir_or_model, checkpoint, device)(
         sentences, beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size, on_batch=on_batch)
 
 
@@ -369,17 +381,17 @@ def score(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = 
             "exact_match": 100.0 * exact / max(1, len(refs))}
 
 
-def evaluate(run_dir_or_model: str | os.PathLike | Translator, *, beam_size: int | None = None,
+def evaluate(run_dir_or_model: str | os.PathLike | Predictor, *, beam_size: int | None = None,
              length_penalty: float | None = None, batch_size: int = 64, checkpoint: str = "best",
              device: str = "cpu", on_batch: Callable[[int], None] | None = None) -> dict[str, float]:
     """BLEU, chrF and exact match (percent) of a run on its task's held-out split, decoded
     with beam search; the Python form of ``tokformer translate RUN_DIR --eval``. BLEU uses
     the run's ``bleu_tokenize``."""
-    translator = _translator(run_dir_or_model, checkpoint, device)
-    held_out = translator.task.pairs()[1]
-    hyps = translator.translate([p.src for p in held_out], beam_size=beam_size, length_penalty=length_penalty,
-                                batch_size=batch_size, on_batch=on_batch)
-    return {**score(hyps, [p.tgt for p in held_out], translator.task.config.bleu_tokenizer()),
+    predictor = load_translator(run_dir_or_model, checkpoint, device)
+    held_out = predictor.task.pairs()[1]
+    hyps = predictor([p.src for p in held_out], beam_size=beam_size, length_penalty=length_penalty,
+                     batch_size=batch_size, on_batch=on_batch)
+    return {**score(hyps, [p.tgt for p in held_out], predictor.task.config.bleu_tokenizer()),
             "sentences": float(len(held_out))}
 
 

@@ -24,6 +24,7 @@ from torch.utils.data import Dataset
 
 from tokformer.batch import TokenBatch
 from tokformer.errors import DataError
+from tokformer.files import read_text
 from tokformer.tokenizers.base import pad_ids
 
 IGNORE_INDEX = -100  # label of padding positions: F.cross_entropy skips them
@@ -39,13 +40,8 @@ class Pair:
 
 
 def read_lines(path: Path) -> list[str]:
-    """The file's lines without line endings; DataError if it is missing or not UTF-8."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"parallel data file {path} does not exist") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not UTF-8 text: {e.reason} at byte {e.start}") from None
+    """The file's lines without line endings; DataError if it is unreadable, not UTF-8 or empty."""
+    text = read_text(path)
     lines = text.split("\n")
     if lines and lines[-1] == "":  # the final newline ends the last line, it starts none
         lines.pop()

@@ -147,9 +147,9 @@ def test_full_disk_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, mo
 
 
 @pytest.mark.parametrize(("command", "message"), [
-    (["translate", "{run}", "eins"], "is a 'SortTask' run, not a translate run"),
+    (["translate", "{run}", "eins"], "is a 'SortTask' model, not a translate model"),
     (["generate", "{run}", "--prompt", "hi"], "is a run of task 'sort', not of 'lm'"),
-    (["predict", "{run}", "image.png"], "has no predict support"),
+    (["predict", "{run}", "image.png"], "'image.png': the model sorts 1 to"),  # sort reads digits, not images
 ])
 def test_a_run_of_another_task_is_refused_by_each_command(finished, command, message):
     result = CliRunner().invoke(main, [part.format(run=finished) for part in command])

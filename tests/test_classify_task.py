@@ -48,7 +48,7 @@ def test_train_on_shapes_then_predict(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output.startswith(f"{image}: ") and result.output.count(" 0.") == 2
     missing = invoke("predict", str(run), str(tmp_path / "nope.png"))
-    assert missing.exit_code == 2 and "not found" in missing.output and "Traceback" not in missing.output
+    assert missing.exit_code == 2 and "no such file" in missing.output and "Traceback" not in missing.output
 
 
 def _write_folder(root, classes=("cat", "dog"), per_class=6):
@@ -91,12 +91,12 @@ def test_train_and_val_subfolders(tmp_path):
 def test_mixup_gives_smoothed_soft_targets():
     task = ClassifyTask(ClassifyConfig(train_size=8, eval_size=8, mixup=0.4, label_smoothing=0.1, **TINY_MODEL))
     dataset = task.train_dataset()
-    batch = task.collate([dataset[i] for i in range(8)])
+    batch = task.collate([dataset[i] for i in range(8)], train=True)
     targets = batch["targets"]  # [8, 10]
     assert targets.shape == (8, 10)
     torch.testing.assert_close(targets.sum(-1), torch.ones(8))
     assert targets.min() >= 0.01 - 1e-6  # smoothing puts s / C on every class
-    plain = task.collate([task.eval_dataset()[i] for i in range(4)])
+    plain = task.collate([task.eval_dataset()[i] for i in range(4)], train=False)
     assert torch.equal(plain["targets"], plain["labels"])  # eval batches are never mixed
 
 

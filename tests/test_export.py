@@ -36,7 +36,7 @@ SMALL = {"d_model": 16, "n_heads": 2}
 def _sort() -> tuple[Task, Callable[[Task], tuple]]:
     task = SortTask(SortConfig(n_layers=1, seq_len=8, **SMALL))
     digits = make_sequences(3, 5, task.config.vocab, 7)  # fewer samples and digits than the example
-    return task, lambda t: (t.collate([(row, row) for row in digits])["tokens"],)
+    return task, lambda t: (t.collate([(row, row) for row in digits], train=False)["tokens"],)
 
 
 def _classify(position: str) -> tuple[Task, Callable[[Task], tuple]]:
@@ -64,7 +64,7 @@ def _translate() -> tuple[Task, Callable[[Task], tuple]]:
     def other(t: TranslateTask) -> tuple:
         tok = t.tgt_tok
         batch = t.collate([(tok.encode(s), tok.encode(g)) for s, g in [("one", "eins"), ("seven one", "sieben"),
-                                                                       ("one seven", "einssieben")]])
+                                                                       ("one seven", "einssieben")]], train=False)
         return batch.src, batch.tgt_in
 
     return task, other
@@ -143,6 +143,7 @@ def test_exported_program_matches_eager_at_other_sizes(case):
     torch.testing.assert_close(program.module()(*inputs), model(*inputs), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # ~30 s for the seven models; test_export_cli's ONNX test keeps one in the quick tier
 @torch.no_grad()
 def test_onnx_file_matches_eager_at_other_sizes(case, tmp_path):
     _, model, example, inputs = case
@@ -154,6 +155,7 @@ def test_onnx_file_matches_eager_at_other_sizes(case, tmp_path):
     torch.testing.assert_close(torch.from_numpy(logits), model(*inputs), atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow  # ~20 s of dynamo tracing; torch.export (also one whole graph) stays in the quick tier
 @pytest.mark.parametrize("mode", ["eval", "train"])
 def test_forward_compiles_without_graph_breaks(case, mode):
     _, model, example, _ = case

@@ -83,7 +83,7 @@ def test_classify_predict_reuses_a_loaded_model(exported: dict[str, tuple[Path, 
     import tokformer
     from tokformer.tasks.classify import predict
 
-    loaded = tokformer.from_pretrained(exported["classify"][1])
+    loaded = tokformer.load(exported["classify"][1])
     images = [torch.rand(3, 16, 16)]
     assert predict(loaded, images, top_k=2) == predict(exported["classify"][0], images, top_k=2)
 
@@ -111,7 +111,7 @@ BAD = {
                                "applies to run directories only"),
     "generate on a sort folder": (lambda p, e: ["generate", e["sort"][1], "-p", "x"], 2,
                                   "is a run of task 'sort', not of 'lm'"),
-    "translate on a sort folder": (lambda p, e: ["translate", e["sort"][1], "eins"], 2, "not a translate run"),
+    "translate on a sort folder": (lambda p, e: ["translate", e["sort"][1], "eins"], 2, "not a translate model"),
     "unknown model_type": (lambda p, e: ["generate", _hf_like(p / "hf", "bogus-lm"), "-p", "x"], 2, "bogus-lm"),
     "empty folder": (lambda p, e: ["generate", p, "-p", "x"], 2, "has no config.json"),
 }

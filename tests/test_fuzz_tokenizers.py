@@ -756,7 +756,7 @@ def _path_with(*values: Any) -> tuple[str, list, list]:
     train=st.booleans(),
 )
 def test_graphs_give_documented_tokens_or_data_error(config, styled, fit, train):
-    tok = GraphTokenizer(**config).train(train)  # training mode: random eigenvector sign flips
+    tok = GraphTokenizer(**config).augment(train)  # random eigenvector sign flips, as in training
     samples = [build_graph(spec) for spec in styled[1]]
     valid = graphs_valid(tok, samples, fit)
     event(f"{styled[0]}: {'tokens' if valid else 'DataError'}")
@@ -803,7 +803,7 @@ def test_graph_relabelling_permutes_the_tokens(relabelling, graph_token):
     edges, order = relabelling
     graph, renamed = relabelled(edges, order)
     n, k, gt = len(order), 8, int(graph_token)  # k >= n - 1: every eigenvector is kept
-    tok = GraphTokenizer(k=k, eigenvalues=True, attention="mask", graph_token=graph_token, solver="dense").eval()
+    tok = GraphTokenizer(k=k, eigenvalues=True, attention="mask", graph_token=graph_token, solver="dense")
     a, b = tok.batch([graph]), tok.batch([renamed])
     index = torch.tensor(order) + gt
     if gt:

@@ -131,14 +131,14 @@ def test_sign_flips_only_in_training_and_reproducible() -> None:
     tok = GraphTokenizer(k=4, eigenvalues=True, seed=3)
     reference = tok.batch(graphs).positions
     assert torch.equal(tok.batch(graphs).positions, reference)  # eval mode: never flipped
-    flipped = tok.train().batch(graphs).positions
+    flipped = tok.augment().batch(graphs).positions
     signs = (flipped[:, 1:, :4] * reference[:, 1:, :4]).sum(1).sign()  # [B, k] per-graph, per-eigenvector sign
     assert torch.equal(flipped.abs(), reference.abs()) and (signs == -1).any() and (signs == 1).any()
     assert torch.equal(flipped[..., 4:], reference[..., 4:])  # eigenvalues are never flipped
-    again = GraphTokenizer(k=4, eigenvalues=True, seed=3).train().batch(graphs).positions
+    again = GraphTokenizer(k=4, eigenvalues=True, seed=3).augment().batch(graphs).positions
     assert torch.equal(again, flipped)
-    assert torch.equal(tok.eval().batch(graphs).positions, reference)
-    assert torch.equal(GraphTokenizer(k=4, sign_flip=False).train().batch(graphs).positions, reference[..., :4])
+    assert torch.equal(tok.augment(False).batch(graphs).positions, reference)
+    assert torch.equal(GraphTokenizer(k=4, sign_flip=False).augment().batch(graphs).positions, reference[..., :4])
 
 
 def test_encodings_identical_across_runs() -> None:

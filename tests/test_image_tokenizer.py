@@ -101,7 +101,7 @@ def test_files_and_corrupt_files(tmp_path):
     assert tok.batch([str(good)]).features.shape == (1, 5, 48)
     with pytest.raises(DataError, match="bad.png"):
         tok.batch([bad])
-    with pytest.raises(DataError, match="not found"):
+    with pytest.raises(DataError, match="missing.png: no such file"):
         tok.batch([tmp_path / "missing.png"])
     with pytest.raises(DataError, match="shape"):
         tok.batch([torch.zeros(1, 1, 3, 8, 8)])

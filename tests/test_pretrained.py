@@ -234,6 +234,7 @@ def test_classify_init_from_a_timm_hub_folder_uses_its_preprocessing(tmp_path: P
     assert _same_weights(model, tokformer.from_pretrained(folder)[1])
 
 
+@pytest.mark.slow  # two training runs compared (~6 s); init_from loading itself is tested above
 def test_fine_tuning_a_pretrained_vit_beats_training_from_scratch(tmp_path: Path) -> None:
     """Pretrain a timm-shaped ViT on shapes, save it as a timm .safetensors file (with a 3-class head, so
     fine-tuning re-initialises it), then fine-tune on other shapes images: equal steps, same architecture,

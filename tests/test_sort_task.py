@@ -33,7 +33,7 @@ def test_targets_are_the_sorted_inputs():
 def test_collate_and_model_shapes():
     task = SortTask(SortConfig(seq_len=5, d_model=16, n_heads=2, n_layers=1))
     ds = task.train_dataset()
-    batch = task.collate([ds[i] for i in range(3)])
+    batch = task.collate([ds[i] for i in range(3)], train=True)
     tokens = batch["tokens"]
     assert isinstance(tokens, TokenBatch) and tokens.ids.shape == (3, 5) and bool(tokens.mask.all())
     assert tokens.positions.tolist() == [list(range(5))] * 3

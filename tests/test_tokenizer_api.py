@@ -42,7 +42,7 @@ class Chars(Tokenizer):
     def batch(self, samples):
         return pad_ids([[ord(c) % 128 for c in (s.lower() if self.lowercase else s)] for s in samples])
 
-    def build_embedder(self, d_model: int) -> nn.Module:
+    def build_embedder(self, d_model: int, *, dropout: float = 0.0) -> nn.Module:
         return nn.Identity()
 
     def get_config(self) -> dict[str, Any]:
@@ -114,7 +114,7 @@ def test_third_party_entry_point_is_usable_by_name(tmp_path, monkeypatch):
                 def batch(self, samples):
                     return pad_ids([list(s.encode()) for s in samples])
 
-                def build_embedder(self, d_model):
+                def build_embedder(self, d_model, *, dropout=0.0):
                     return nn.Identity()
 
                 def get_config(self):

@@ -59,7 +59,7 @@ def test_aligned_files_errors(tmp_path: Path) -> None:
     write(tmp_path / "x.de", "eins\n\ndrei\n")
     with pytest.raises(DataError, match=r"x.de:2: empty target line"):
         read_aligned(src, tgt)
-    with pytest.raises(DataError, match="does not exist"):
+    with pytest.raises(DataError, match="no such file"):
         read_aligned(tmp_path / "missing.en", tgt)
     (tmp_path / "latin1.en").write_bytes(b"caf\xe9\n")
     with pytest.raises(DataError, match="not UTF-8"):

@@ -3,16 +3,21 @@ trained model (beam 1 == greedy, cached == uncached, padding never changes a tra
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 
 from tokformer.batch import TokenBatch
 from tokformer.beam_search import DecodeConfig, beam_search, greedy_decode
+from tokformer.engine.distributed import local
+from tokformer.engine.pretrained import Predictor
+from tokformer.engine.trainer import evaluate_model
 from tokformer.errors import DataError
 from tokformer.tasks.numbers_de import english, german
-from tokformer.tasks.translate import BOS, EOS, PAD, TranslateConfig, TranslateTask, Translator, score, translate
+from tokformer.tasks.translate import BOS, EOS, PAD, TranslateConfig, TranslateTask, score, translate
 from tokformer.tokenizers.base import pad_ids
 
 NUMBERS = [1, 2, 3, 5, 7, 12, 16, 20, 21, 34, 45, 99, 100, 101, 250, 324, 1000, 4012, 56789, 999999]
@@ -26,13 +31,13 @@ def write_numbers(path: Path, numbers: list[int]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Translator:
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Predictor:
     """A 1+1-layer model trained to memorise 20 number pairs (full batch, Adam)."""
     torch.manual_seed(0)
     data = write_numbers(tmp_path_factory.mktemp("tr") / "numbers.tsv", NUMBERS)
     task = TranslateTask(TranslateConfig(data=str(data), eval_data=str(data), **TINY))
     dataset = task.train_dataset()
-    batch = task.collate([dataset[i] for i in range(len(dataset))])
+    batch = task.collate([dataset[i] for i in range(len(dataset))], train=True)
     model = task.build_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(300):
@@ -40,40 +45,54 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Translator:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return Translator(task, model.eval())
+    return Predictor(task, model.eval())
 
 
 def sources(numbers: list[int]) -> list[str]:
     return [english(n) for n in numbers]
 
 
-def src_batch(translator: Translator, sentences: list[str]) -> TokenBatch:
-    ids = translator.src_tok.encode_batch(sentences, num_workers=1)
-    return pad_ids(ids, pad_id=translator.src_tok.token_to_id(PAD))
+def src_batch(translator: Predictor, sentences: list[str]) -> TokenBatch:
+    src_tok = translator.task.src_tok
+    return pad_ids(src_tok.encode_batch(sentences, num_workers=1), pad_id=src_tok.token_to_id(PAD))
 
 
-def test_model_overfits_a_small_parallel_set(trained: Translator) -> None:
+def test_model_overfits_a_small_parallel_set(trained: Predictor) -> None:
     for beam in (1, 4):
         out = translate(trained, sources(NUMBERS), beam_size=beam)
         assert out == [german(n) for n in NUMBERS]
         assert score(out, [german(n) for n in NUMBERS], tokenize="char") == pytest.approx(
             {"bleu": 100.0, "chrf": 100.0, "exact_match": 100.0})
-    step = trained.task.step(trained.model, trained.task.collate([trained.task.eval_dataset()[i] for i in range(4)]))
-    assert float(step.metrics["exact_match"][0]) == 4  # the engine's eval metric decodes too
 
 
-def test_beam_size_one_equals_greedy_at_task_level(trained: Translator) -> None:
+def test_eval_pass_scores_greedy_translations_like_sacrebleu(trained: Predictor, tmp_path: Path) -> None:
+    """The engine's evaluation decodes in the task's eval hooks: its exact_match and BLEU equal
+    scoring the greedy translations directly (held-out numbers the model partly gets wrong)."""
+    held_out = [4, 11, 30, 102, 333, 5000, 77]
+    data = write_numbers(tmp_path / "train.tsv", NUMBERS)
+    task = TranslateTask(TranslateConfig(data=str(data), eval_data=str(write_numbers(tmp_path / "e.tsv", held_out)),
+                                         bleu_tokenize="char", **TINY))
+    task.src_tok = task.tgt_tok = trained.task.src_tok
+    metrics = evaluate_model(task, trained.model, task.eval_dataset(), local(), 3, "fp32", show=False)
+    hyps = task.predict(trained.model, sources(held_out), beam_size=1)
+    refs = [german(n) for n in held_out]
+    assert metrics["exact_match"] == pytest.approx(sum(h == r for h, r in zip(hyps, refs, strict=True)) / len(refs))
+    assert metrics["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], tokenize="char").score)
+    assert 0 < metrics["bleu"] < 100
+
+
+def test_beam_size_one_equals_greedy_at_task_level(trained: Predictor) -> None:
     sentences = sources([*NUMBERS, 77, 123456, 808, 31000])  # unseen ones too: outputs need not be right
     src = src_batch(trained, sentences)
-    bos, eos = trained.tgt_tok.token_to_id(BOS), trained.tgt_tok.token_to_id(EOS)
+    bos, eos = trained.task.tgt_tok.token_to_id(BOS), trained.task.tgt_tok.token_to_id(EOS)
     cfg = DecodeConfig(beam_size=1, max_len=trained.task.config.max_len)
     assert beam_search(trained.model, src, bos, eos, cfg) == greedy_decode(trained.model, src, bos, eos, cfg)
 
 
-def test_cached_decoding_equals_full_recomputation(trained: Translator) -> None:
+def test_cached_decoding_equals_full_recomputation(trained: Predictor) -> None:
     sentences = sources([324, 56789, 999999, 5, 4321])
     src = src_batch(trained, sentences)
-    bos, eos = trained.tgt_tok.token_to_id(BOS), trained.tgt_tok.token_to_id(EOS)
+    bos, eos = trained.task.tgt_tok.token_to_id(BOS), trained.task.tgt_tok.token_to_id(EOS)
     cfg = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=12)
     cached = greedy_decode(trained.model, src, bos, eos, cfg)
     with torch.no_grad():
@@ -90,7 +109,7 @@ def test_cached_decoding_equals_full_recomputation(trained: Translator) -> None:
 
 
 @pytest.mark.parametrize("beam", [1, 4])
-def test_source_padding_never_changes_a_translation(trained: Translator, beam: int) -> None:
+def test_source_padding_never_changes_a_translation(trained: Predictor, beam: int) -> None:
     short = sources([7, 21, 324])
     alone = [translate(trained, [s], beam_size=beam)[0] for s in short]
     longest = "nine hundred ninety-nine thousand nine hundred ninety-nine"
@@ -98,19 +117,21 @@ def test_source_padding_never_changes_a_translation(trained: Translator, beam: i
     assert together[:3] == alone
 
 
-def test_too_long_sentences_follow_the_policy(tmp_path: Path) -> None:
+def test_too_long_sentences_follow_the_policy(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     data = tmp_path / "d.tsv"
     data.write_text("one\teins\n" * 10 + "nine hundred ninety-nine thousand\tneunhundertneunundneunzigtausend\n",
                     encoding="utf-8")
     config = {**TINY, "vocab_size": 270, "max_len": 6}
-    task = TranslateTask(TranslateConfig(data=str(data), eval_data=str(data), **config))
+    task = TranslateTask(TranslateConfig(data=str(data), eval_data=str(data), too_long="error", **config))
     with pytest.raises(DataError, match=r"d.tsv:11: (source|target) has \d+ tokens > max_len 6"):
         task.train_dataset()
-    task = TranslateTask(TranslateConfig(data=str(data), eval_data=str(data), too_long="skip", **config))
-    assert len(task.train_dataset()) == 10
-    translator = Translator(task, task.build_model())
+    task = TranslateTask(TranslateConfig(data=str(data), eval_data=str(data), **config))  # too_long=skip: the default
+    with caplog.at_level(logging.WARNING, logger="tokformer"):
+        assert len(task.train_dataset()) == 10
+    assert "skipped 1 of 11 training pairs longer than max_len 6" in caplog.text and "d.tsv:11" in caplog.text
+    translator = Predictor(task, task.build_model())
     with pytest.raises(DataError, match="sentence 2 has .* more than the model's max_len 6"):
-        translator.translate(["one", "nine hundred ninety-nine thousand"])
+        translator(["one", "nine hundred ninety-nine thousand"])
 
 
 def test_shared_or_separate_vocabularies(tmp_path: Path) -> None:
@@ -149,9 +170,9 @@ def test_llama_style_blocks_decode_the_same_cached_and_uncached(tmp_path: Path) 
     block = model.decoder.blocks[0]
     assert block.attn.n_kv_heads == 2 and block.cross_attn.n_kv_heads == 2 and block.attn.qkv.bias is None
     assert isinstance(model.encoder.blocks[0].norm1, torch.nn.RMSNorm)
-    translator = Translator(task, model)
+    translator = Predictor(task, model)
     src = src_batch(translator, sources([324, 56789, 5]))
-    bos = translator.tgt_tok.token_to_id(BOS)
+    bos = task.tgt_tok.token_to_id(BOS)
     cached = greedy_decode(model, src, bos, -1, DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=8))
     with torch.no_grad():
         memory = model.encode(src)

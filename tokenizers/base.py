@@ -52,8 +52,9 @@ class Tokenizer(ABC):
         """Tokenize a batch of raw samples into one padded :class:`TokenBatch`."""
 
     @abstractmethod
-    def build_embedder(self, d_model: int) -> nn.Module:
-        """A module mapping this tokenizer's :class:`TokenBatch` to ``[B, N, d_model]``."""
+    def build_embedder(self, d_model: int, *, dropout: float = 0.0) -> nn.Module:
+        """A module mapping this tokenizer's :class:`TokenBatch` to ``[B, N, d_model]``, with ``dropout``
+        on its output: one signature for every tokenizer, so a task can build any of them alike."""
 
     @abstractmethod
     def get_config(self) -> dict[str, Any]:

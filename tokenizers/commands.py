@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from tokformer.files import read_bytes, reading
 from tokformer.tokenizers.base import TokenizerError
 from tokformer.tokenizers.bpe import BPETokenizer
 from tokformer.tokenizers.registry import load_tokenizer
@@ -22,22 +23,12 @@ PROGRESS_MIN_CHARS = 1 << 20  # show a progress bar only for inputs larger than 
 
 def read_text_file(path: str | Path) -> str:
     """A file's text, or a clear error if it is missing, binary or not UTF-8."""
-    file = Path(path)
-    try:
-        data = file.read_bytes()
-    except FileNotFoundError:
-        raise TokenizerError(f"no such file: {file}") from None
-    except IsADirectoryError:
-        raise TokenizerError(f"{file} is a directory, not a text file") from None
-    except PermissionError:
-        raise TokenizerError(f"cannot read {file}: permission denied") from None
+    data = read_bytes(path)
     nul = data.find(b"\0")
     if nul >= 0:
-        raise TokenizerError(f"{file} looks binary (NUL byte at offset {nul})")
-    try:
+        raise TokenizerError(f"{path} looks binary (NUL byte at offset {nul})")
+    with reading(path):
         return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise TokenizerError(f"{file} is not UTF-8 text (invalid byte at offset {err.start})") from None
 
 
 def train_tokenizer(

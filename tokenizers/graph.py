@@ -82,7 +82,7 @@ class GraphTokenizer(Tokenizer):
             of nodes and cannot tell apart graphs whose nodes look alike, e.g. regular ones).
         eigenvalues: append the ``k`` eigenvalues to every node's positions, so the model
             knows which frequency each coordinate belongs to.
-        sign_flip: in training mode, multiply each graph's eigenvectors by random signs.
+        sign_flip: while augmenting (:meth:`augment`), multiply each graph's eigenvectors by random signs.
         seed: seed of the sign-flip generator (flips are reproducible run to run).
         node_features: ``"degree"`` (log(1 + degree)), ``"constant"`` (1.0), or
             ``"attributes"`` (the node attributes named in ``node_attributes``).
@@ -139,19 +139,17 @@ class GraphTokenizer(Tokenizer):
         self.edge_bias = float(edge_bias)
         self.graph_token = graph_token
         self.solver = solver
-        self.training = False
+        self.augmenting = False
         self._generator = torch.Generator().manual_seed(seed)
 
     # ---- modes -------------------------------------------------------------------------
 
-    def train(self, mode: bool = True) -> GraphTokenizer:
-        """Training mode: :meth:`batch` flips eigenvector signs (if ``sign_flip``). Returns self."""
-        self.training = mode
+    def augment(self, on: bool = True) -> GraphTokenizer:
+        """With ``on``, :meth:`batch` flips eigenvector signs at random (if ``sign_flip``), as for
+        training; off (the default state), the same graph always gives the same tokens. Returns self.
+        (Not ``train``/``eval``: ``BPETokenizer.train`` learns a vocabulary.)"""
+        self.augmenting = on
         return self
-
-    def eval(self) -> GraphTokenizer:
-        """Evaluation mode: no sign flips, so the same graph always gives the same tokens."""
-        return self.train(False)
 
     # ---- fitting categorical attributes ------------------------------------------------------
 
@@ -257,9 +255,9 @@ class GraphTokenizer(Tokenizer):
         )
 
     def batch(self, samples: Sequence[nx.Graph]) -> TokenBatch:
-        """Tokenize graphs into one padded batch; in training mode, with random sign flips."""
+        """Tokenize graphs into one padded batch; while augmenting, with random sign flips."""
         tokens = self.collate([self.encode(graph) for graph in samples])
-        return self.flip_signs(tokens) if self.training else tokens
+        return self.flip_signs(tokens) if self.augmenting else tokens
 
     def flip_signs(self, tokens: TokenBatch, generator: torch.Generator | None = None) -> TokenBatch:
         """A copy of ``tokens`` with each graph's eigenvectors multiplied by independent random ±1.

@@ -34,6 +34,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from tokformer.batch import TokenBatch
 from tokformer.errors import DataError
+from tokformer.files import file_error
 from tokformer.positional import SinCos2DPositions
 from tokformer.tokenizers.base import Tokenizer, TokenizerError, pad_features
 from tokformer.tokenizers.registry import register_tokenizer
@@ -110,6 +111,7 @@ class PatchEmbedder(nn.Module):
         no_embed_class: learned only: the class token gets no position entry (timm's
             flag of the same name); otherwise the table's first row is the class token's.
         interpolation: mode used to resample a learned table to another grid.
+        dropout: dropout on the output tokens (timm's ``pos_drop``).
     """
 
     def __init__(
@@ -122,9 +124,11 @@ class PatchEmbedder(nn.Module):
         position: Position = "sincos",
         no_embed_class: bool = False,
         interpolation: str = "bicubic",
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.grid_size = grid_size
+        self.drop = nn.Dropout(dropout)
         self.n_prefix = int(class_token)
         self.interpolation = interpolation
         self.proj = nn.Linear(in_features, d_model)
@@ -149,12 +153,12 @@ class PatchEmbedder(nn.Module):
             x = x + self.sincos(positions).to(x.dtype)
         elif self.pos_embed is not None:
             x = x + self._learned(positions, batch.extras["grid"]).to(x.dtype)
-        if self.cls_token is None:
-            return x
-        cls = self.cls_token
-        if self.cls_has_pos:
-            cls = cls + self.pos_embed[:, :1]
-        return torch.cat((cls.expand(x.shape[0], -1, -1), x), dim=1)
+        if self.cls_token is not None:
+            cls = self.cls_token
+            if self.cls_has_pos:
+                cls = cls + self.pos_embed[:, :1]
+            x = torch.cat((cls.expand(x.shape[0], -1, -1), x), dim=1)
+        return self.drop(x)
 
     def grid_table(self, grid: tuple[int, int]) -> Tensor:
         """The patch part of the learned table, resampled to ``grid``: ``[gh*gw, d]``."""
@@ -295,7 +299,7 @@ class ImagePatchTokenizer(Tokenizer):
             "interpolation": self.interpolation,
         }
 
-    def build_embedder(self, d_model: int) -> PatchEmbedder:
+    def build_embedder(self, d_model: int, *, dropout: float = 0.0) -> PatchEmbedder:
         if self.position == "sincos" and d_model % 4:
             raise TokenizerError(f"2-D sin/cos positions need d_model divisible by 4, got {d_model}")
         return PatchEmbedder(
@@ -306,6 +310,7 @@ class ImagePatchTokenizer(Tokenizer):
             position=self.position,
             no_embed_class=self.no_embed_class,
             interpolation=self.interpolation,
+            dropout=dropout,
         )
 
     # -- preprocessing ---------------------------------------------------------------
@@ -424,12 +429,8 @@ def open_image(path: str | Path) -> Image.Image:
         with Image.open(path) as image:
             image.load()
             return image
-    except FileNotFoundError:
-        raise DataError(f"image file not found: {path}") from None
-    except IsADirectoryError:
-        raise DataError(f"{path} is a directory, not an image file") from None
-    except PermissionError:
-        raise DataError(f"cannot read image {path}: permission denied") from None
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
+        raise file_error(path, err) from None
     except DECODE_ERRORS as err:
         if Path(path).stat().st_size == 0:
             raise DataError(f"image file {path} is empty") from None

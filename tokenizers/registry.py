@@ -18,6 +18,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from tokformer import plugins
 from tokformer.tokenizers.base import Tokenizer, TokenizerError, read_config
 
 ENTRY_POINT_GROUP = "tokformer.tokenizers"
@@ -31,12 +32,8 @@ def register_tokenizer(name: str) -> Callable[[type[Tokenizer]], type[Tokenizer]
     def decorate(cls: type[Tokenizer]) -> type[Tokenizer]:
         if not (isinstance(cls, type) and issubclass(cls, Tokenizer)):
             raise TypeError(f"@register_tokenizer({name!r}) needs a Tokenizer subclass, got {cls!r}")
-        existing = _REGISTRY.get(name)
-        if existing is not None and existing is not cls:
-            taken_by = f"{existing.__module__}.{existing.__qualname__}"
-            raise ValueError(f"tokenizer name {name!r} is already taken by {taken_by}")
+        plugins.register(_REGISTRY, "tokenizer", name, cls)
         cls.type_name = name
-        _REGISTRY[name] = cls
         return cls
 
     return decorate
@@ -57,16 +54,17 @@ def get_tokenizer_class(name: str) -> type[Tokenizer]:
     """The tokenizer class registered as ``name``: in-process, built in, or through an entry point."""
     if name not in _REGISTRY:
         import_builtin_tokenizers()
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        if point.name == name:
-            cls = point.load()
+    if name not in _REGISTRY:
+        points = [p for p in entry_points(group=ENTRY_POINT_GROUP) if p.name == name]
+        for point_name, cls in plugins.load_entry_points(ENTRY_POINT_GROUP, points, "tokenizer"):
             if not (isinstance(cls, type) and issubclass(cls, Tokenizer)):
-                raise TokenizerError(f"entry point {point.value!r} for tokenizer {name!r} is not a Tokenizer subclass")
+                raise TokenizerError(f"entry point {point_name!r} of {ENTRY_POINT_GROUP} is not a Tokenizer subclass")
             # The plugin may not have used the decorator: register it under its entry-point name.
-            return _REGISTRY.get(name) or register_tokenizer(name)(cls)
-    raise TokenizerError(f"unknown tokenizer {name!r}; available: {', '.join(available_tokenizers()) or 'none'}")
+            if point_name not in _REGISTRY:
+                register_tokenizer(point_name)(cls)
+    if name not in _REGISTRY:
+        raise plugins.unknown(ENTRY_POINT_GROUP, "tokenizer", name, available_tokenizers(), TokenizerError)
+    return _REGISTRY[name]
 
 
 def available_tokenizers() -> list[str]:

@@ -73,6 +73,13 @@ class TokenBatch:
         """``[B]`` number of real tokens per sample."""
         return self.mask.sum(dim=1)
 
+    @property
+    def attention_bias(self) -> Tensor | None:
+        """``attn_bias`` as every model hands it to attention: a ``[B, N, N]`` bias gains a head dim
+        (``[B, 1, N, N]``, the same for every head of every layer); None when there is none."""
+        bias = self.attn_bias
+        return bias[:, None] if bias is not None and bias.dim() == 3 else bias
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> TokenBatch:
         """A copy with every tensor (extras included) on ``device``."""
 

@@ -38,10 +38,7 @@ class EncoderClassifier(nn.Module):
         """Encoded tokens ``[B, N, d]``; the batch's ``attn_bias`` (e.g. a graph's adjacency), if any,
         applies to every head of every layer."""
         x = self.embedder(batch)  # [B, N, d]
-        bias = batch.attn_bias
-        if bias is not None and bias.dim() == 3:
-            bias = bias[:, None]  # [B, N, N] -> [B, 1, N, N]: the same for every head
-        return self.encoder(x, _padding_or_none(batch.mask), attn_mask=bias, positions=batch.positions)
+        return self.encoder(x, _padding_or_none(batch.mask), attn_mask=batch.attention_bias, positions=batch.positions)
 
     def forward(self, batch: TokenBatch) -> Tensor:  # -> [B, n_classes]
         return self.head(self.features(batch), batch.mask)

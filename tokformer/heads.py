@@ -148,3 +148,8 @@ def topk_correct(logits: Tensor, target: Tensor, ks: tuple[int, ...] = (1, 5)) -
     top = logits.topk(k_max, dim=-1).indices  # [B, k_max]
     hits = top == target.unsqueeze(-1)  # [B, k_max]
     return {k: hits[:, : min(k, k_max)].any(dim=-1).sum() for k in ks}
+
+
+def show_ranked(source: str, ranked: list[tuple[str, float]]) -> str:
+    """``"SOURCE: class p, class p, ..."``: the ``tokformer predict`` line of a classifier's top classes."""
+    return f"{source}: " + ", ".join(f"{name} {p:.3f}" for name, p in ranked)

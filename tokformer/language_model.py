@@ -50,7 +50,8 @@ class CausalLM(nn.Module):
         """Logits ``[B, N, vocab]`` for the next token after each position.
 
         ``key_mask`` ``[B, Nk]`` covers cached and new positions when decoding with
-        ``caches``; by default it is ``batch.mask``. ``padded=False`` is the caller's promise
+        ``caches``; by default it is ``batch.mask``. ``batch.attn_bias`` (``[B, N, Nk]``), if any,
+        applies on top of the causal mask. ``padded=False`` is the caller's promise
         that no token is padding (packed training windows): attention then takes SDPA's fused
         causal kernel without looking at the mask, compiled or not.
         """
@@ -63,7 +64,8 @@ class CausalLM(nn.Module):
             not padded or (not torch.compiler.is_compiling() and bool(key_mask.all()))
         ):
             key_mask = None
-        x = self.encoder(x, key_mask, is_causal=True, caches=caches, positions=batch.positions)
+        x = self.encoder(x, key_mask, is_causal=True, attn_mask=batch.attention_bias, caches=caches,
+                         positions=batch.positions)
         return self.head(x)
 
     def make_caches(self) -> list[KVCache]:

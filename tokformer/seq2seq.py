@@ -49,7 +49,8 @@ class Seq2Seq(nn.Module):
             self.head.weight = tgt_embedder.tokens.weight
 
     def encode(self, src: TokenBatch) -> Tensor:  # -> memory [B, M, d]
-        return self.encoder(self.src_embedder(src), src.mask, positions=src.positions)
+        """The source's ``attn_bias``, if any, applies to the encoder's self-attention."""
+        return self.encoder(self.src_embedder(src), src.mask, attn_mask=src.attention_bias, positions=src.positions)
 
     def decode(
         self,
@@ -61,7 +62,8 @@ class Seq2Seq(nn.Module):
         cross_caches: list[KVCache] | None = None,
         key_mask: Tensor | None = None,
     ) -> Tensor:
-        """Logits ``[B, N, V]``; with caches, ``key_mask`` covers cached + new target tokens."""
+        """Logits ``[B, N, V]``; with caches, ``key_mask`` covers cached + new target tokens. The
+        target's ``attn_bias``, if any, applies to the decoder's self-attention (with the causal mask)."""
         x = self.tgt_embedder(tgt)
         x = self.decoder(
             x,
@@ -70,6 +72,7 @@ class Seq2Seq(nn.Module):
             memory_mask,
             caches=caches,
             cross_caches=cross_caches,
+            attn_mask=tgt.attention_bias,
             positions=tgt.positions,
         )
         return self.head(x)

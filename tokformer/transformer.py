@@ -1,4 +1,4 @@
-"""Transformer stacks: encoder, decoder, and encoder-decoder.
+"""Transformer stacks: encoder and decoder (the encoder-decoder model is :class:`~tokformer.seq2seq.Seq2Seq`).
 
 One block type per stack, repeated ``n_layers`` times. A pre-norm stack ends with a final
 norm (the blocks leave the residual stream un-normalised); a post-norm stack does not
@@ -173,26 +173,3 @@ class Decoder(nn.Module):
             )
         return self.norm(x)
 
-
-class EncoderDecoder(nn.Module):
-    """The original Transformer: a bidirectional encoder read by a causal decoder."""
-
-    def __init__(self, encoder_cfg: TransformerConfig, decoder_cfg: TransformerConfig | None = None) -> None:
-        super().__init__()
-        decoder_cfg = decoder_cfg or encoder_cfg
-        if decoder_cfg.d_model != encoder_cfg.d_model:
-            raise ValueError("encoder and decoder must share d_model (cross-attention reads one from the other)")
-        self.encoder = Encoder(encoder_cfg)
-        self.decoder = Decoder(decoder_cfg)
-
-    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:  # [B, M, d] -> [B, M, d]
-        return self.encoder(src, src_mask)
-
-    def decode(self, tgt: Tensor, memory: Tensor | None, src_mask: Tensor | None = None, **kwargs) -> Tensor:
-        return self.decoder(tgt, memory, memory_mask=src_mask, **kwargs)
-
-    def forward(
-        self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
-    ) -> Tensor:  # src [B, M, d], tgt [B, N, d] -> [B, N, d]
-        memory = self.encode(src, src_mask)
-        return self.decode(tgt, memory, src_mask, mask=tgt_mask)

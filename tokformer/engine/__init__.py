@@ -6,6 +6,7 @@ docs/engine.md explains how to write a task.
 """
 
 from tokformer.engine.api import evaluate, load_run, resolve_config, train
+from tokformer.engine.checkpoint import TOKENIZER_DIR
 from tokformer.engine.config import RunConfig, TrainConfig
 from tokformer.engine.registry import get_task, register_task, task_names
 from tokformer.engine.task import StepOutput, Task
@@ -15,6 +16,7 @@ __all__ = [
     "RunConfig",
     "RunResult",
     "StepOutput",
+    "TOKENIZER_DIR",
     "Task",
     "TrainConfig",
     "evaluate",

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -16,7 +17,7 @@ from torch import nn
 
 from tokformer.engine import checkpoint as ckpt
 from tokformer.engine.config import RunConfig, load_config_file, resolve
-from tokformer.engine.distributed import Dist, broadcast, process_group
+from tokformer.engine.distributed import Dist, barrier, broadcast, process_group
 from tokformer.engine.progress import LOGGER
 from tokformer.engine.registry import get_task
 from tokformer.engine.task import Task
@@ -160,7 +161,7 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str = "best",
     task = get_task(cfg.task)(cfg.task_config)
     task.load_assets(run_dir)
     model = task.build_model()
-    ckpt.load_weights(model, ckpt.find_checkpoint(run_dir, checkpoint))
+    ckpt.load_weights(model, ckpt.find_checkpoint(run_dir, checkpoint), task.tokenizer_dirs())
     return task, model.to(device).eval()
 
 
@@ -171,10 +172,29 @@ def evaluate(path: str | os.PathLike, *, checkpoint: str = "best", device: str =
     from tokformer.engine.pretrained import load_model, train_config  # it builds on this module
 
     settings = train_config(path)
-    with process_group(device) as d:
+    with process_group(device) as d, _data_dir(path, d) as data_dir:
         task, model = load_model(path, checkpoint, d.device)
+        task.setup(data_dir, d)
         dataset = task.eval_dataset()
         if dataset is None:
             raise DataError(f"the task of {path} has no evaluation set")
         size = batch_size or max(1, settings.batch_size // d.world)
         return evaluate_model(task, model, dataset, d, size, settings.precision, d.is_main and not quiet)
+
+
+@contextlib.contextmanager
+def _data_dir(path: str | os.PathLike, d: Dist) -> Iterator[Path]:
+    """Where ``Task.setup`` prepares evaluation data: a run's own directory (its packed data is
+    there already), else a temporary one rank 0 makes, shares with the others and removes."""
+    from tokformer.engine.pretrained import folder_kind
+
+    if folder_kind(path) == "run":
+        yield Path(path)
+        return
+    scratch = broadcast(tempfile.mkdtemp(prefix="tokformer-eval-") if d.is_main else None, d)
+    try:
+        yield Path(scratch)
+    finally:
+        barrier(d)  # every rank is done with it
+        if d.is_main:
+            shutil.rmtree(scratch, ignore_errors=True)

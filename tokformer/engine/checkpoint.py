@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -208,13 +209,14 @@ def load_model_state(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_weights(model: nn.Module, path: Path) -> None:
+def load_weights(model: nn.Module, path: Path, tokenizer_dirs: Sequence[str] = (TOKENIZER_DIR,)) -> None:
     """Load checkpoint ``path`` into ``model``, or say which keys or shapes do not fit.
 
     A mismatch means the checkpoint was made for another model: another task, an edited
-    ``config.json``, or a tokenizer with another vocabulary.
+    ``config.json``, or a tokenizer with another vocabulary. ``tokenizer_dirs`` are the
+    task's (``Task.tokenizer_dirs``): their files must be the ones the weights were trained with.
     """
-    check_tokenizer(path)
+    check_tokenizer(path, tokenizer_dirs)
     load_fitting(model, load_model_state(path), f"checkpoint {path}", "the run's config and tokenizer")
 
 
@@ -233,19 +235,25 @@ def load_fitting(model: nn.Module, state: dict[str, torch.Tensor], source: str, 
     model.load_state_dict(state)
 
 
-def tokenizer_fingerprint(run_dir: Path) -> str | None:
-    """SHA-256 over the names and bytes of the run's tokenizer files (None without a tokenizer)."""
-    root = run_dir / TOKENIZER_DIR
-    if not root.is_dir():
+def tokenizer_fingerprint(run_dir: Path, tokenizer_dirs: Sequence[str] = (TOKENIZER_DIR,)) -> str | None:
+    """SHA-256 over the names and bytes of every file in the task's tokenizer directories (None
+    when there are none). With several directories each name is hashed too, so moving a file
+    from one to another counts as a change; one directory hashes as it always did, so runs made
+    before tasks declared their directories still load."""
+    roots = [run_dir / name for name in tokenizer_dirs if (run_dir / name).is_dir()]
+    if not roots:
         return None
     digest = hashlib.sha256()
-    for file in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    for root in roots:
+        if len(tokenizer_dirs) > 1:
+            digest.update(root.name.encode() + b"/\0")
+        for file in sorted(p for p in root.rglob("*") if p.is_file()):
+            digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
-def check_tokenizer(path: Path) -> None:
-    """Refuse checkpoint ``path`` (in ``RUN/checkpoints/``) if RUN's tokenizer is not the one it was
+def check_tokenizer(path: Path, tokenizer_dirs: Sequence[str] = (TOKENIZER_DIR,)) -> None:
+    """Refuse checkpoint ``path`` (in ``RUN/checkpoints/``) if RUN's tokenizers are not the ones it was
     trained with: ids would silently mean other tokens. Vocabulary-size changes are also caught by
     :func:`load_weights`' shape check; this catches same-size swaps and edits too."""
     try:
@@ -253,8 +261,9 @@ def check_tokenizer(path: Path) -> None:
     except (OSError, ValueError) as e:
         raise _damaged(path / "state.json", e) from None
     run_dir = path.parent.parent
-    if saved is not None and saved != tokenizer_fingerprint(run_dir):
-        raise CheckpointError(f"checkpoint {path} was trained with another tokenizer than {run_dir / TOKENIZER_DIR} "
+    if saved is not None and saved != tokenizer_fingerprint(run_dir, tokenizer_dirs):
+        where = ", ".join(str(run_dir / name) for name in tokenizer_dirs)
+        raise CheckpointError(f"checkpoint {path} was trained with another tokenizer than {where} "
                               "(its files changed since); restore that tokenizer or train again")
 
 

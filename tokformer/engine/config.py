@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tokformer.errors import ConfigError
+from tokformer.errors import ConfigError, DataError
+from tokformer.files import read_text
 
 Precision = Literal["fp32", "bf16"]
 
@@ -191,11 +192,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a TOML, YAML or JSON config file into a dict."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"config file {path} is not UTF-8 text (invalid byte at offset {e.start})") from None
+        text = read_text(path)
+    except DataError as e:
+        raise ConfigError(f"cannot read config file: {e}") from None
     if not text.strip():
         raise ConfigError(f"config file {path} is empty")
     suffix = path.suffix.lower()

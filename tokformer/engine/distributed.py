@@ -57,12 +57,26 @@ def select_device(name: str, local_rank: int = 0) -> torch.device:
     return device
 
 
+def launch_env() -> tuple[int, int, int]:
+    """``(rank, world, local_rank)`` as torchrun set them (``(0, 1, 0)`` outside torchrun).
+
+    The one place that reads torchrun's environment: the engine turns it into a :class:`Dist`
+    that tasks receive in ``setup``; code that runs before any process group exists (the CLI's
+    logging setup) asks here.
+    """
+    env = os.environ
+    return int(env.get("RANK", "0")), int(env.get("WORLD_SIZE", "1")), int(env.get("LOCAL_RANK", "0"))
+
+
+def local(device: str | torch.device = "cpu") -> Dist:
+    """A one-process :class:`Dist` on ``device``: for running a task's hooks outside training."""
+    return Dist(0, 1, 0, torch.device(device))
+
+
 @contextlib.contextmanager
 def process_group(device_name: str) -> Iterator[Dist]:
     """This process's place in the job; creates and tears down the group under torchrun."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    rank, world, local_rank = launch_env()
     device = select_device(device_name, local_rank)
     if world == 1:
         yield Dist(0, 1, 0, device)

@@ -20,10 +20,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import inspect
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,7 +38,7 @@ from tokformer.engine.api import load_run, resolve_config, saved_config
 from tokformer.engine.config import TrainConfig
 from tokformer.engine.registry import get_task, task_names
 from tokformer.engine.task import Task
-from tokformer.errors import ConfigError
+from tokformer.errors import ConfigError, UsageError
 
 FORMAT = "tokformer-model"
 FORMAT_VERSION = 1
@@ -75,7 +78,7 @@ def save_pretrained(task: Task, model: nn.Module, directory: str | os.PathLike) 
         ckpt.save_model_state(state, tmp)
         config = {"format": FORMAT, "format_version": FORMAT_VERSION,
                   "task": {"name": task_name(task), **dataclasses.asdict(task.config)},
-                  ckpt.TOKENIZER_HASH: ckpt.tokenizer_fingerprint(tmp)}
+                  ckpt.TOKENIZER_HASH: ckpt.tokenizer_fingerprint(tmp, task.tokenizer_dirs())}
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         _shareable(tmp)
         if out.exists():
@@ -94,6 +97,39 @@ def _shareable(folder: Path) -> None:
     os.umask(umask)
     os.chmod(folder, 0o777 & ~umask)
     os.chmod(folder / WEIGHTS_FILE, 0o666 & ~umask)
+
+
+@dataclass
+class Predictor:
+    """A loaded model with its task: load once, predict as often as needed.
+
+    ``predictor(inputs, **options)`` is ``task.predict(model, inputs, **options)``: one
+    prediction per input (digits for sort, an image or its path for classify, a prompt for lm,
+    a sentence for translate, a graph or its file for graph); ``options`` are the task's own
+    (``top_k``, ``beam_size``, ``max_new_tokens``...).
+    """
+
+    task: Task
+    model: nn.Module
+
+    def __call__(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
+        """One prediction per input; an option the task does not take is a one-line UsageError."""
+        accepted = {name: p for name, p in inspect.signature(self.task.predict).parameters.items()
+                    if name not in ("model", "inputs")}
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+        unknown = sorted(set(options) - set(accepted))
+        if unknown and not takes_any:
+            raise UsageError(f"task {task_name(self.task)!r} has no predict option {unknown[0]!r}; "
+                             f"it takes {', '.join(accepted) or 'none'}")
+        return self.task.predict(self.model, list(inputs), **options)
+
+    predict = __call__
+
+
+def load(path: str | os.PathLike, checkpoint: str = "best", device: str | torch.device = "cpu") -> Predictor:
+    """A :class:`Predictor` for a run directory (weights of ``checkpoint``), a model folder or a
+    Hugging Face folder: ``tokformer.load(path)(inputs)``, the Python form of ``tokformer predict``."""
+    return Predictor(*load_model(path, checkpoint, device))
 
 
 def from_pretrained(path: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[Task, nn.Module]:
@@ -210,15 +246,16 @@ def _load_folder(path: Path) -> tuple[Task, nn.Module]:
         raise ConfigError(f"{config_file}: 'task' must be an object with the task's name and options")
     if not (path / WEIGHTS_FILE).is_file():
         raise ConfigError(f"{path} has no {WEIGHTS_FILE} (a model folder's weights)")
-    saved_hash = config.get(ckpt.TOKENIZER_HASH)
-    if saved_hash is not None and saved_hash != ckpt.tokenizer_fingerprint(path):
-        raise ConfigError(f"{path / ckpt.TOKENIZER_DIR} is not the tokenizer {path / WEIGHTS_FILE} was saved with "
-                          "(its files changed since); restore it or export the model again")
     try:
         cfg = resolve_config({"task": config["task"]})
     except ConfigError as e:
         raise ConfigError(f"{config_file}: {e}") from None
     task = get_task(cfg.task)(cfg.task_config)
+    saved_hash = config.get(ckpt.TOKENIZER_HASH)
+    if saved_hash is not None and saved_hash != ckpt.tokenizer_fingerprint(path, task.tokenizer_dirs()):
+        where = ", ".join(str(path / name) for name in task.tokenizer_dirs())
+        raise ConfigError(f"{where} is not the tokenizer {path / WEIGHTS_FILE} was saved with "
+                          "(its files changed since); restore it or export the model again")
     task.load_assets(path)
     model = task.build_model()
     ckpt.load_fitting(model, ckpt.load_model_state(path), f"{path / WEIGHTS_FILE}", f"{config_file} and its tokenizer")

@@ -10,13 +10,13 @@ the ``tokformer.tasks`` entry-point group, e.g. in their pyproject.toml::
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import logging
 import pkgutil
 from collections.abc import Callable
 from importlib.metadata import entry_points
 
+from tokformer import plugins
 from tokformer.engine.task import Task
 from tokformer.errors import ConfigError
 
@@ -29,22 +29,18 @@ def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
     """Class decorator: make a :class:`Task` subclass available as ``tokformer train NAME``."""
 
     def decorate(cls: type[Task]) -> type[Task]:
-        existing = _TASKS.get(name)
-        if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(f"task name '{name}' is already taken by {existing.__module__}.{existing.__qualname__}")
         if not hasattr(cls, "Config"):
             raise TypeError(f"task '{name}' ({cls.__qualname__}) must set a Config dataclass")
-        _TASKS[name] = cls
-        return cls
+        return plugins.register(_TASKS, "task", name, cls)
 
     return decorate
 
 
 def _import_quietly(module: str) -> None:
-    """Import a task module; a broken one must not hide every other task."""
+    """Import a built-in task module; a broken one must not hide every other task."""
     try:
         importlib.import_module(module)
-    except Exception as e:  # any import-time failure of someone else's task
+    except Exception as e:  # any import-time failure, e.g. a missing optional dependency
         _log.warning("task module %s failed to import: %s", module, e)
 
 
@@ -59,14 +55,10 @@ def _discover(name: str | None) -> None:
             return
     for module in modules:
         _import_quietly(f"tokformer.tasks.{module}")
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            loaded = ep.load()
-        except Exception as e:  # a broken plug-in must not break the built-in tasks
-            _log.warning("task entry point %s failed to load: %s", ep.name, e)
-            continue
-        if isinstance(loaded, type) and issubclass(loaded, Task) and ep.name not in _TASKS:
-            register_task(ep.name)(loaded)
+    points = [p for p in entry_points(group=ENTRY_POINT_GROUP) if p.name not in _TASKS]
+    for point_name, loaded in plugins.load_entry_points(ENTRY_POINT_GROUP, points, "task"):
+        if isinstance(loaded, type) and issubclass(loaded, Task):  # a module registers its tasks itself
+            register_task(point_name)(loaded)
 
 
 def get_task(name: str) -> type[Task]:
@@ -74,10 +66,7 @@ def get_task(name: str) -> type[Task]:
     if name not in _TASKS:
         _discover(name)
     if name not in _TASKS:
-        known = sorted(_TASKS)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(f"unknown task '{name}'.{hint} Known tasks: {', '.join(known) or '(none)'}")
+        raise plugins.unknown(ENTRY_POINT_GROUP, "task", name, _TASKS, ConfigError)
     return _TASKS[name]
 
 

@@ -9,6 +9,7 @@ clip, step. Every ``eval_every`` steps: evaluate, checkpoint, keep the best.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -60,19 +61,29 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 
 
 def evaluate_model(
-    task: Task, model: nn.Module, dataset: Dataset, d: Dist, batch_size: int, precision: str, show: bool
+    task: Task, model: nn.Module, dataset: Dataset, d: Dist, batch_size: int, precision: str, show: bool,
+    raw: nn.Module | None = None,
 ) -> dict[str, float]:
-    """Mean loss and task metrics of ``model`` over ``dataset``, summed over all processes."""
-    meter = MeanMeter()
+    """One evaluation pass of ``model`` over ``dataset``: mean loss and the task's ``(sum, count)``
+    metrics summed over all processes, plus the task's pass-level metrics (:meth:`Task.eval_end`)
+    from every process's :meth:`Task.eval_batch` values. ``raw`` is ``model`` unwrapped (not
+    compiled), what ``eval_batch`` gets; by default ``model`` itself."""
+    meter, outputs = MeanMeter(), []
+    raw = model if raw is None else raw
     was_training = model.training
     model.eval()
     batches = eval_batches(len(dataset), batch_size, d.world, d.rank)
     with torch.no_grad(), autocast(d.device, precision):
         for idx in progress(show, iterable=batches, desc="eval", unit="batch", leave=False):
-            batch = to_device(task.collate([dataset[i] for i in idx]), d.device)
-            meter.add_step(task.step(model, batch))
+            batch = to_device(task.collate([dataset[i] for i in idx], train=False), d.device)
+            out = task.step(model, batch)
+            meter.add_step(out)
+            kept = task.eval_batch(raw, batch, out)
+            if kept is not None:
+                outputs.append(kept)
     model.train(was_training)
-    return meter.reduce(d)
+    every = [value for shard in gather(outputs, d) for value in shard]  # a collective: all ranks, same list
+    return {**meter.reduce(d), **task.eval_end(every)}
 
 
 class Trainer:
@@ -88,21 +99,24 @@ class Trainer:
             )
         self.micro_batch = self.tc.batch_size // per_step
         self.tokenizer_hash: str | None = None  # set by fit() once the tokenizer is in the run directory
+        self.raw: nn.Module | None = None  # the model as built (set by fit()): what eval_batch gets
 
     def fit(self) -> RunResult:
         task, tc, d = self.task, self.tc, self.d
         if self.resume:
             task.load_assets(self.run_dir)
+        task.setup(self.run_dir, d)  # rank 0 prepares the data once, the others wait and load it
         train_set, eval_set = task.train_dataset(), task.eval_dataset()
         if d.is_main and not self.resume:
             task.save_assets(self.run_dir)
         # recorded in every checkpoint, so loading can refuse a tokenizer swapped in later (rank 0 saves)
-        self.tokenizer_hash = ckpt.tokenizer_fingerprint(self.run_dir) if d.is_main else None
+        self.tokenizer_hash = (ckpt.tokenizer_fingerprint(self.run_dir, task.tokenizer_dirs()) if d.is_main
+                               else None)
         seed_everything(tc.seed)  # weights depend on the seed only, not on data preparation
         raw = task.build_model().to(d.device)
         seed_everything(tc.seed + d.rank)  # per-rank streams: each rank draws its own dropout masks
         model: nn.Module = torch.compile(raw) if tc.compile else raw
-        eval_model = model  # DDP's forward may talk to other ranks; evaluation must not
+        self.raw, eval_model = raw, model  # DDP's forward may talk to other ranks; evaluation must not
         if d.active:
             model = DistributedDataParallel(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
         optimizer = build_optimizer(raw, tc)
@@ -120,7 +134,8 @@ class Trainer:
         self.batches_per_epoch = sampler.batches_per_epoch
         # Its own generator: DataLoader would otherwise draw its workers' base seed from torch's
         # global RNG each time an iterator starts, and a resumed run starts one more than a straight one.
-        loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=task.collate, num_workers=tc.num_workers,
+        loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=functools.partial(task.collate, train=True),
+                            num_workers=tc.num_workers,
                             generator=torch.Generator().manual_seed(tc.seed))
         batches = iter(loader)
         result = RunResult(self.run_dir, step, best=best)
@@ -188,7 +203,7 @@ class Trainer:
         if eval_set is None:
             return {}
         batch = max(1, self.tc.batch_size // self.d.world)
-        metrics = evaluate_model(self.task, model, eval_set, self.d, batch, self.tc.precision, self.show)
+        metrics = evaluate_model(self.task, model, eval_set, self.d, batch, self.tc.precision, self.show, self.raw)
         self._log(logbook, "eval", step, metrics)
         self._info("step %d eval: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
         return metrics
@@ -268,10 +283,15 @@ class Trainer:
         newest_first = [ckpt.step_dir(self.run_dir, s) for s in reversed(ckpt.list_checkpoints(self.run_dir))]
         for path in newest_first[:-1]:
             try:
-                return path, _load_checkpoint(raw, path)
+                return path, self._load_checkpoint(raw, path)
             except CheckpointError as e:
                 log.warning("%s; resuming from the checkpoint before it", e)
-        return newest_first[-1], _load_checkpoint(raw, newest_first[-1])
+        return newest_first[-1], self._load_checkpoint(raw, newest_first[-1])
+
+    def _load_checkpoint(self, model: nn.Module, path: Path) -> dict[str, Any]:
+        """Weights of checkpoint ``path`` into ``model``; returns its training state."""
+        ckpt.load_weights(model, path, self.task.tokenizer_dirs())
+        return ckpt.load_state(path)
 
     def _nan_message(self, step: int, loss: float) -> str:
         saved = ckpt.list_checkpoints(self.run_dir)
@@ -280,8 +300,3 @@ class Trainer:
         return (f"loss became {loss} at step {step + 1}; stopped, {keep}. "
                 "Try a lower lr, more warmup_steps or grad_clip, or precision fp32")
 
-
-def _load_checkpoint(model: nn.Module, path: Path) -> dict[str, Any]:
-    """Weights of checkpoint ``path`` into ``model``; returns its training state."""
-    ckpt.load_weights(model, path)
-    return ckpt.load_state(path)

@@ -1,0 +1,50 @@
+"""Reading a user's files: one place that turns every way a read fails into one message.
+
+Whatever reads the file (``Path.read_text``, PIL, networkx, ``csv``), a missing,
+unreadable or non-text file is reported the same way: one :class:`~tokformer.errors.DataError`
+naming the file and the cause (docs/reliability.md, "Files"), never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from tokformer.errors import DataError
+
+
+def file_error(path: str | os.PathLike, error: OSError | UnicodeDecodeError) -> DataError:
+    """The DataError for ``error`` raised while reading ``path``."""
+    if isinstance(error, UnicodeDecodeError):
+        return DataError(f"{path} is not UTF-8 text (invalid byte at offset {error.start})")
+    if isinstance(error, FileNotFoundError):
+        return DataError(f"{path}: no such file")
+    if isinstance(error, IsADirectoryError):
+        return DataError(f"{path} is a directory, not a file")
+    if isinstance(error, PermissionError):
+        return DataError(f"cannot read {path}: permission denied")
+    return DataError(f"cannot read {path}: {error.strerror or error}")
+
+
+@contextlib.contextmanager
+def reading(path: str | os.PathLike) -> Iterator[Path]:
+    """``with reading(path) as file: ...``: an OSError or UTF-8 decoding error inside the block
+    becomes :func:`file_error`'s DataError. For readers of our own and other libraries' alike."""
+    try:
+        yield Path(path)
+    except (OSError, UnicodeDecodeError) as error:
+        raise file_error(path, error) from None
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The file's bytes, or a DataError naming it."""
+    with reading(path) as file:
+        return file.read_bytes()
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The file's UTF-8 text, or a DataError naming it (missing, unreadable, a directory, not UTF-8)."""
+    with reading(path) as file:
+        return file.read_bytes().decode("utf-8")
