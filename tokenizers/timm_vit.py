@@ -408,6 +408,13 @@ def load_timm_checkpoint(path: str | Path, **overrides: Any) -> tuple[ImagePatch
     return tokenizer, model
 
 
+def with_pretrained_normalisation(timm_model: nn.Module, tokenizer_options: dict[str, Any]) -> dict[str, Any]:
+    """``tokenizer_options`` with the model's ``pretrained_cfg`` mean/std filled in where not given."""
+    pretrained = getattr(timm_model, "pretrained_cfg", None) or {}
+    defaults = {key: tuple(pretrained[key]) for key in ("mean", "std") if pretrained.get(key) is not None}
+    return {**defaults, **tokenizer_options}
+
+
 def from_timm(timm_model: nn.Module, **tokenizer_options: Any) -> tuple[ImagePatchTokenizer, EncoderClassifier]:
     """The tokformer twin of a timm ``VisionTransformer``: same weights, same logits.
 
@@ -415,11 +422,7 @@ def from_timm(timm_model: nn.Module, **tokenizer_options: Any) -> tuple[ImagePat
     config would; pass ``mean``/``std`` to override (None: no normalisation).
     """
     spec = spec_from_timm_model(timm_model)
-    pretrained = getattr(timm_model, "pretrained_cfg", None) or {}
-    for key in ("mean", "std"):
-        if key not in tokenizer_options and pretrained.get(key) is not None:
-            tokenizer_options[key] = tuple(pretrained[key])
-    tokenizer, model = build_vit(spec, **tokenizer_options)
+    tokenizer, model = build_vit(spec, **with_pretrained_normalisation(timm_model, tokenizer_options))
     model.load_state_dict(from_timm_state_dict(timm_model.state_dict(), spec))
     return tokenizer, model
 

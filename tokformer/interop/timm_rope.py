@@ -55,6 +55,7 @@ from tokformer.config import TransformerConfig
 from tokformer.errors import ConfigError
 from tokformer.heads import ClassificationHead
 from tokformer.tokenizers.image import ImagePatchTokenizer
+from tokformer.tokenizers.timm_vit import with_pretrained_normalisation
 
 _POOLS = {"token": "cls", "avg": "mean"}
 _BLOCK_SAME_NAMES = ("norm1.", "attn.q_norm.", "attn.k_norm.", "attn.proj.", "norm2.", "mlp.fc1.", "mlp.fc2.")
@@ -408,11 +409,7 @@ def from_timm_eva(model: nn.Module, **tokenizer_options: Any) -> tuple[ImagePatc
     config would; pass ``mean``/``std`` to override (None: no normalisation).
     """
     spec = eva_spec_from_timm(model)
-    pretrained = getattr(model, "pretrained_cfg", None) or {}
-    for key in ("mean", "std"):
-        if key not in tokenizer_options and pretrained.get(key) is not None:
-            tokenizer_options[key] = tuple(pretrained[key])
-    tokenizer, ours = build_eva(spec, **tokenizer_options)
+    tokenizer, ours = build_eva(spec, **with_pretrained_normalisation(model, tokenizer_options))
     ours.load_state_dict(from_timm_eva_state_dict(model.state_dict(), spec))
     return tokenizer, ours
 
