@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import BlockOptions, TransformerConfig
@@ -294,10 +295,10 @@ class ClassifyTask(Task):
         if not isinstance(tokenizer, ImagePatchTokenizer):
             raise DataError(f"{run_dir / TOKENIZER_DIR} is not an image tokenizer")
         self.tokenizer = tokenizer
-        try:
-            self.classes = json.loads((run_dir / CLASSES_FILE).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise DataError(f"cannot read the class names of {run_dir}: {err}") from None
+        classes = files.read_json(run_dir / CLASSES_FILE)
+        if not (isinstance(classes, list) and all(isinstance(x, str) for x in classes)):
+            raise DataError(f"{run_dir / CLASSES_FILE}: expected a JSON list of class names")
+        self.classes = classes
         if (run_dir / INIT_FILE).is_file():
             self._apply_init_record(run_dir / INIT_FILE)
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
+from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import BlockOptions, TransformerConfig
@@ -200,10 +201,7 @@ class GraphTask(Task):
     def load_assets(self, run_dir: Path) -> None:
         self.tokenizer = GraphTokenizer.load(run_dir / TOKENIZER_DIR)
         self._fitted = True
-        try:
-            classes = json.loads((run_dir / CLASSES_FILE).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise ConfigError(f"{run_dir / CLASSES_FILE}: cannot read the class list: {err}") from None
+        classes = files.read_json(run_dir / CLASSES_FILE)
         if not (isinstance(classes, list) and all(isinstance(x, str) for x in classes)):
             raise ConfigError(f"{run_dir / CLASSES_FILE}: expected a JSON list of class names")
         self.classes = classes

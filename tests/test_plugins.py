@@ -67,3 +67,17 @@ def test_file_errors_are_one_data_error_naming_the_file(tmp_path, monkeypatch):
             read_text(path)
         assert str(raised.value) == message
     assert read_bytes(latin) == b"caf\xe9"
+
+
+def test_json_files_name_the_file_when_not_json(tmp_path):
+    from tokformer.errors import DataError
+    from tokformer.files import read_json
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text('{"a": [1, 2]}')
+    bad.write_text("{oops")
+    assert read_json(good) == {"a": [1, 2]}
+    with pytest.raises(DataError, match=r"bad\.json is not valid JSON: Expecting property name"):
+        read_json(bad)
+    with pytest.raises(DataError, match="no such file"):
+        read_json(tmp_path / "missing.json")

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 import tokformer
 from tokformer.engine import load_run, train
 from tokformer.engine.checkpoint import tokenizer_fingerprint
-from tokformer.errors import CheckpointError, ConfigError
+from tokformer.errors import CheckpointError, ConfigError, DataError
 from tokformer.tokenizers.timm_vit import to_timm_state_dict
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -98,7 +98,7 @@ BAD_FOLDERS = {
     "shape mismatch": (lambda p, f: _edit(f, d_model=32), CheckpointError, "shape: "),
     "tokenizer edited": (lambda p, f: _write(f / "tokenizer" / "vocab.json", "{}", f), ConfigError,
                          "is not the tokenizer"),
-    "not json": (lambda p, f: _write(f / "config.json", "{oops", f), ConfigError, "cannot read"),
+    "not json": (lambda p, f: _write(f / "config.json", "{oops", f), DataError, "config.json is not valid JSON"),
     "timm folder": (lambda p, f: _write(f / "config.json", '{"architecture": "vit_tiny"}', f), ConfigError,
                     "init_from="),
 }

@@ -8,9 +8,11 @@ naming the file and the cause (docs/reliability.md, "Files"), never a traceback.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tokformer.errors import DataError
 
@@ -48,3 +50,12 @@ def read_text(path: str | os.PathLike) -> str:
     """The file's UTF-8 text, or a DataError naming it (missing, unreadable, a directory, not UTF-8)."""
     with reading(path) as file:
         return file.read_bytes().decode("utf-8")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON document in the file, or a DataError naming it (unreadable, not UTF-8, not JSON)."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path} is not valid JSON: {error}") from None

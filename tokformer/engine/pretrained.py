@@ -33,6 +33,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from tokformer import files
 from tokformer.engine import checkpoint as ckpt
 from tokformer.engine.api import load_run, resolve_config, saved_config
 from tokformer.engine.config import TrainConfig
@@ -177,11 +178,8 @@ def saved_task_name(path: str | os.PathLike) -> str | None:
 
 
 def read_json(file: Path) -> dict[str, Any]:
-    """A JSON object from ``file``, or a ConfigError naming it."""
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"cannot read {file}: {e}") from None
+    """A JSON object from ``file``, or a one-line error naming it."""
+    data = files.read_json(file)
     if not isinstance(data, dict):
         raise ConfigError(f"{file} must hold a JSON object, got {type(data).__name__}")
     return data

@@ -43,6 +43,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from tokformer.errors import CheckpointError, ConfigError, DataError
+from tokformer.files import read_json
 from tokformer.language_model import CausalLM
 
 LLAMA_LAYOUT = ("llama", "mistral", "qwen2")
@@ -59,12 +60,9 @@ _GATED = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_ta
 def read_config(folder: str | os.PathLike) -> dict[str, Any]:
     """``config.json`` of a Hugging Face folder, with a one-line error for a missing or bad file."""
     path = Path(folder) / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{folder}: no config.json (not a Hugging Face model folder)") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DataError(f"{path}: not valid JSON: {err}") from None
+    if not path.exists():
+        raise DataError(f"{folder}: no config.json (not a Hugging Face model folder)")
+    config = read_json(path)
     if not isinstance(config, dict) or "model_type" not in config:
         raise DataError(f"{path}: no model_type (not a Hugging Face model config)")
     return config
@@ -76,8 +74,8 @@ def read_state(folder: str | os.PathLike) -> dict[str, Tensor]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as err:
+            shards = sorted(set(read_json(index)["weight_map"].values()))
+        except (KeyError, TypeError, AttributeError) as err:
             raise DataError(f"{index}: not a safetensors index ({err})") from None
         files = [folder / shard for shard in shards]
     elif (folder / "model.safetensors").is_file():
@@ -112,7 +110,7 @@ def load_tokenizer(folder: str | os.PathLike, max_length: int):
         if (folder / "tokenizer.json").is_file():
             return BPETokenizer.from_hf_json(folder / "tokenizer.json", max_length=max_length)
         if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
-            vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+            vocab = read_json(folder / "vocab.json")
             specials = [EOT] if EOT in vocab else []
             return BPETokenizer.from_vocab_merges(folder / "vocab.json", folder / "merges.txt",
                                                   special_tokens=specials, max_length=max_length)
