@@ -333,33 +333,42 @@ def train(task: str | None, config_file: str | None, sets: tuple[str, ...], resu
     metrics = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items())
     if result.interrupted:
         click.echo(f"interrupted at step {result.step}; checkpoint saved. "
-                   f"Resume with: tokformer train --resume {result.run_dir}")
-    else:
-        click.echo(f"done: {result.step} steps in {result.run_dir}" + (f"; {metrics}" if metrics else ""))
+                   f"Resume with: tokformer train --resume {result.run_dir} (or rerun this command)")
+        if result.signal is not None:  # what shells and schedulers expect of a process a signal stopped
+            click.get_current_context().exit(128 + result.signal)
+        return
+    if result.report is not None:
+        click.echo(result.report.table())
+    early = (f"; stopped early at step {result.step}, best checkpoint step {result.best['step']}"
+             if result.stopped_early and result.best else "")
+    click.echo(f"done: {result.step} steps in {result.run_dir}{early}" + (f"; {metrics}" if metrics else ""))
 
 
 @main.command(context_settings=CONTEXT)
 @click.argument("run_dir")
+@click.option("--data", metavar="PATH", help="Evaluate on all of this data instead of the held-out split, given as "
+              "the task's data option takes it (lm: text files or folder; translate: .tsv/.jsonl; classify: "
+              "image folder; graph: folder or manifest).")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N or mps.")
 @click.option("--batch-size", type=POSITIVE, default=None,
               help="Evaluation batch size [default: the run's batch_size].")
-@click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print one JSON object: {"data": ..., "metrics": {...}, "baselines": {BASELINE: {...}}}.')
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def evaluate(run_dir: str, checkpoint: str, device: str, batch_size: int | None, as_json: bool, quiet: bool) -> None:
-    """Evaluate a checkpoint of RUN_DIR, or a model folder (tokformer export), on its task's evaluation set."""
+def evaluate(run_dir: str, data: str | None, checkpoint: str, device: str, batch_size: int | None, as_json: bool,
+             quiet: bool) -> None:
+    """Evaluate a checkpoint of RUN_DIR, or a model folder (tokformer export), on its task's held-out split
+    (or on --data): a table of each metric beside trivial baselines on the same data."""
     from tokformer.engine import api
     from tokformer.engine.progress import configure_logging
 
     configure_logging(quiet or not _is_rank0())
-    metrics = api.evaluate(run_dir, checkpoint=checkpoint, device=device, batch_size=batch_size, quiet=quiet)
+    result = api.evaluate(run_dir, data=data, checkpoint=checkpoint, device=device, batch_size=batch_size,
+                          quiet=quiet)
     if not _is_rank0():
         return
-    if as_json:
-        click.echo(json.dumps(metrics))
-    else:
-        for name, value in metrics.items():
-            click.echo(f"{name}: {value:.6g}")
+    click.echo(json.dumps(result.as_dict()) if as_json else result.table())
 
 
 @main.command(context_settings=CONTEXT)

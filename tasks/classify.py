@@ -34,7 +34,7 @@ from tokformer.engine.distributed import Dist
 from tokformer.engine.pretrained import Predictor, folder_kind, load, load_model, read_json, task_name
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead, label_smoothing_cross_entropy, show_ranked, topk_correct
-from tokformer.tasks import image_data
+from tokformer.tasks import image_baselines, image_data
 from tokformer.tokenizers.image import ImagePatchTokenizer
 from tokformer.tokenizers.registry import load_tokenizer
 from tokformer.tokenizers.timm_vit import ViTSpec, build_vit, from_timm_state_dict, read_weights, spec_from_state_dict
@@ -160,6 +160,26 @@ class ClassifyTask(Task):
         if self._eval_set is None:
             _, self._eval_set = self._datasets()
         return image_data.Augmented(self._eval_set, image_data.to_rgb)
+
+    @property
+    def user_data(self) -> bool:
+        return self.config.data.lower() != "shapes"
+
+    def eval_data(self, data: str, workdir: Path, dist: Dist) -> Dataset:
+        """Every image of the folder ``data`` (``CLASS/image.png``; its classes must be the run's)."""
+        samples, _ = image_data.scan_folder(Path(data), self.classes)
+        if not samples:
+            raise DataError(f"{data} holds no images of the classes {', '.join(self.classes[:5])}...")
+        return image_data.Augmented(image_data.ImageFiles(samples, self.classes), image_data.to_rgb)
+
+    def baselines(self, eval_set: Dataset) -> dict[str, dict[str, float]]:
+        """The majority class and a logistic regression on raw pixels, both of the training split
+        (see :mod:`.image_baselines`)."""
+        train, _ = self._datasets()
+        n = len(self.classes)
+        return {image_baselines.MAJORITY: image_baselines.majority(image_data.dataset_labels(train),
+                                                                   image_data.dataset_labels(eval_set), n),
+                image_baselines.LINEAR: image_baselines.logistic_regression(train, eval_set, n)}
 
     def collate(self, samples: list[tuple[Any, int]], train: bool) -> dict[str, Any]:
         """``(image, label)`` items -> tokens, labels, targets.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -36,9 +37,10 @@ from tokformer.classifier import EncoderClassifier
 from tokformer.config import BlockOptions, TransformerConfig
 from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
 from tokformer.engine.config import help_text
+from tokformer.engine.distributed import Dist
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead, show_ranked
-from tokformer.tasks.graph_data import LabeledGraphs, labeled_graphs, load_graphs, read_graph, stratified_folds
+from tokformer.tasks.graph_data import BUILTIN, LabeledGraphs, labeled_graphs, load_graphs, read_graph, stratified_folds
 from tokformer.tokenizers.graph import GraphEncoding, GraphTokenizer
 
 CLASSES_FILE = "classes.json"
@@ -171,6 +173,22 @@ class GraphTask(Task):
 
     def eval_dataset(self) -> EncodedGraphs:
         return self._subset(held_out=True)
+
+    @property
+    def user_data(self) -> bool:
+        return self.config.data not in BUILTIN
+
+    def eval_data(self, data: str, workdir: Path, dist: Dist) -> EncodedGraphs:
+        """Every graph of ``data`` (a class directory or a manifest), labelled with the run's classes."""
+        graphs = load_graphs(data, classes=self.classes, per_class=self.config.per_class, seed=self.config.data_seed)
+        return EncodedGraphs(self.tokenizer, graphs.graphs, graphs.labels)
+
+    def baselines(self, eval_set: EncodedGraphs) -> dict[str, dict[str, float]]:
+        """The majority class of the training folds, predicted for every graph."""
+        train = [label for label, f in zip(self.data.labels, self._fold_of, strict=True) if f != self.config.fold]
+        majority = Counter(train).most_common(1)[0][0]
+        hits = sum(label == majority for label in eval_set.labels)
+        return {"majority class of the training folds": {"accuracy": hits / max(1, len(eval_set.labels))}}
 
     def collate(self, samples: list[tuple[GraphEncoding, int]], train: bool) -> dict[str, TokenBatch | Tensor]:
         return {"tokens": self.tokenizer.collate([s[0] for s in samples]),

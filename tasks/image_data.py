@@ -214,6 +214,19 @@ def torchvision_datasets(name: str, root: Path, download: bool) -> tuple[Dataset
         raise DataError(f"could not download {name} into {root}: {err}") from None
 
 
+def dataset_labels(dataset: Dataset) -> list[int]:
+    """Every label of a dataset of this module or of torchvision, without decoding images where
+    the dataset keeps its labels apart (baselines need only them)."""
+    if isinstance(dataset, Augmented):
+        return dataset_labels(dataset.base)
+    if isinstance(dataset, TensorImages):
+        return dataset.labels.tolist()
+    if isinstance(dataset, ImageFiles):
+        return [label for _, label in dataset.samples]
+    targets = getattr(dataset, "targets", None)  # torchvision's
+    return [int(t) for t in targets] if targets is not None else [int(dataset[i][1]) for i in range(len(dataset))]
+
+
 def dataset_classes(dataset: Dataset) -> list[str]:
     classes = getattr(dataset, "classes", None)
     if not classes:

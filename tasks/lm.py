@@ -50,6 +50,7 @@ from tokformer.tokenizers.bpe import BPETokenizer
 from tokformer.weights import init_weights
 
 EOT = "<|endoftext|>"
+UNIGRAM = "unigram model of the training split (add-one smoothed token frequencies)"
 CORPUS_DIR = "corpus"
 # The shape an init_from model gave a run: the run rebuilds its model from this, never from the
 # init_from source, which may be gone by then.
@@ -78,7 +79,8 @@ class LMConfig(BlockOptions):
     n_heads: int = field(default=4, metadata=help_text("attention heads (must divide d_model)"))
     n_layers: int = field(default=2, metadata=help_text("decoder blocks"))
     d_ff: int | None = field(default=None, metadata=help_text("feed-forward width (default 4*d_model)"))
-    dropout: float = field(default=0.0, metadata=help_text("dropout"))
+    dropout: float = field(default=0.1, metadata=help_text(
+        "dropout; 0.1 keeps a small corpus (~200 KB) from being overfitted within the default budget"))
     tie_embeddings: bool = field(default=True, metadata=help_text("share the input embedding with the output layer"))
     position: Literal["learned", "rope", "none"] = field(default="learned", metadata=help_text(
         "learned table (GPT-2), rope (rotary, Llama) or none"))
@@ -210,6 +212,29 @@ class LMTask(Task):
 
     def collate(self, samples: list[Tensor], train: bool) -> Tensor:
         return torch.stack(samples)  # [B, context_len + 1]
+
+    @property
+    def user_data(self) -> bool:
+        return self.config.data.strip() != lm_data.STDLIB
+
+    def eval_data(self, data: str, workdir: Path, dist: Dist) -> lm_data.WindowDataset:
+        """Every token of ``data`` (files, folders, globs as the ``data`` option takes them), encoded
+        with the run's tokenizer and packed into ``workdir`` by rank 0."""
+        if dist.is_main:
+            assert self.tokenizer is not None, "setup loads the tokenizer"
+            paths = lm_data.resolve_sources(data, self.config.stdlib_bytes)
+            lm_data.pack_corpus(lm_data.iter_documents(paths), self.tokenizer.encode, self.tokenizer.token_to_id(EOT),
+                                self.tokenizer.vocab_size, workdir, self.config.val_fraction, [str(p) for p in paths])
+        barrier(dist)
+        return lm_data.WindowDataset(lm_data.TokenCorpus(workdir), "all", self.config.context_len)
+
+    def baselines(self, eval_set: lm_data.WindowDataset) -> dict[str, dict[str, float]]:
+        """The unigram model: token frequencies of the training split, add-one smoothed, scored on
+        ``eval_set``'s target tokens (same tokenizer)."""
+        assert self.tokenizer is not None, "setup loads the tokenizer"
+        ppl = lm_data.unigram_perplexity(self._prepared(), self.tokenizer.vocab_size, eval_set.target_range,
+                                         scored=eval_set.corpus)
+        return {UNIGRAM: {"loss": math.log(ppl), "perplexity": ppl}}
 
     # -- model -----------------------------------------------------------------------
 
@@ -344,9 +369,8 @@ def perplexity(run_dir: str | os.PathLike, *, checkpoint: str = "best", batch_si
     task.setup(Path(run_dir), d)
     dataset = task.eval_dataset()
     ppl = evaluate_model(task, model, dataset, d, batch_size, "fp32", show=False)["perplexity"]
-    unigram = lm_data.unigram_perplexity(dataset.corpus, task.tokenizer.vocab_size, dataset.target_range)
     lo, hi = dataset.target_range
-    return {"ppl": ppl, "unigram_ppl": unigram, "tokens": hi - lo}
+    return {"ppl": ppl, "unigram_ppl": task.baselines(dataset)[UNIGRAM]["perplexity"], "tokens": hi - lo}
 
 
 class TextStream:

@@ -195,8 +195,10 @@ class TokenCorpus:
         return self._ids
 
     def split(self, name: str) -> tuple[int, int]:
-        """``(start, stop)`` of the ``train`` or ``eval`` ids."""
-        return (0, self.meta.eval_start) if name == "train" else (self.meta.eval_start, self.meta.tokens)
+        """``(start, stop)`` of the ``train``, ``eval`` or ``all`` ids (``all``: a corpus packed
+        only to be evaluated on, ``tokformer evaluate --data``)."""
+        return {"train": (0, self.meta.eval_start), "eval": (self.meta.eval_start, self.meta.tokens),
+                "all": (0, self.meta.tokens)}[name]
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_ids": None}
@@ -234,10 +236,12 @@ class WindowDataset(Dataset):
         return torch.from_numpy(self.corpus.ids[lo : lo + self.context_len + 1].astype(np.int64))
 
 
-def unigram_perplexity(corpus: TokenCorpus, vocab_size: int, targets: tuple[int, int], chunk: int = 1 << 22) -> float:
-    """Perplexity on the ids ``targets`` (start, stop) of the add-one-smoothed unigram
-    model of the train split: the baseline a language model must beat by using context at
-    all. Counts are accumulated chunk by chunk, so memory stays O(vocab)."""
+def unigram_perplexity(corpus: TokenCorpus, vocab_size: int, targets: tuple[int, int], chunk: int = 1 << 22,
+                       scored: TokenCorpus | None = None) -> float:
+    """Perplexity on the ids ``targets`` (start, stop) of ``scored`` (default: ``corpus``) of the
+    add-one-smoothed unigram model of ``corpus``'s train split: the baseline a language model
+    must beat by using context at all. Counts are accumulated chunk by chunk, so memory stays
+    O(vocab)."""
     counts = np.ones(vocab_size, dtype=np.float64)
     lo, hi = corpus.split("train")
     for s in range(lo, hi, chunk):
@@ -245,8 +249,9 @@ def unigram_perplexity(corpus: TokenCorpus, vocab_size: int, targets: tuple[int,
     log_p = np.log(counts / counts.sum())
     nll, n = 0.0, 0
     lo, hi = targets
+    ids = (scored or corpus).ids
     for s in range(lo, hi, chunk):
-        part = np.asarray(corpus.ids[s : min(s + chunk, hi)], dtype=np.int64)
+        part = np.asarray(ids[s : min(s + chunk, hi)], dtype=np.int64)
         nll -= float(log_p[part].sum())
         n += len(part)
     return math.exp(nll / max(n, 1))

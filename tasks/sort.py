@@ -124,6 +124,13 @@ class SortTask(Task):
             count=len(targets),
         )
 
+    def baselines(self, eval_set: SortDataset) -> dict[str, dict[str, float]]:
+        """Copying the input: the per-token accuracy of leaving digits where they are, and the
+        share of sequences that are sorted already."""
+        same = eval_set.inputs == eval_set.targets  # [n, seq_len]
+        return {"identity (copy the input)": {"accuracy": same.float().mean().item(),
+                                              "seq_accuracy": same.all(dim=1).float().mean().item()}}
+
     def save_assets(self, run_dir: Path) -> None:
         """The vocabulary, written like any tokenizer's files so inference can read it back."""
         (run_dir / TOKENIZER_DIR).mkdir(exist_ok=True)

@@ -274,15 +274,35 @@ class TranslateTask(Task):
         return list(zip(hyps, refs, strict=True))
 
     def eval_end(self, outputs: list[list[tuple[list, list]]]) -> dict[str, float]:
-        """``exact_match`` (share of greedy translations equal to the reference) and corpus ``bleu``
-        (sacrebleu, 0-100, with the run's ``bleu_tokenize``) over the whole held-out set."""
+        """``exact_match`` (share of greedy translations equal to the reference), corpus ``bleu``
+        (sacrebleu, 0-100, with the run's ``bleu_tokenize``) and ``chrf`` over the whole held-out set."""
         pairs = [pair for batch in outputs for pair in batch]
         if not pairs:
             return {}
         tok = self.tokenizers()[1]
         hyps, refs = ([tok.decode(ids, skip_special_tokens=True) for ids in side] for side in zip(*pairs, strict=True))
-        bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize=self.config.bleu_tokenizer()).score
-        return {"exact_match": sum(h == r for h, r in pairs) / len(pairs), "bleu": bleu}
+        return self._pass_metrics(hyps, refs)
+
+    def _pass_metrics(self, hyps: list[str], refs: list[str]) -> dict[str, float]:
+        """:func:`score` as the engine reports it: exact match as a share (the best-checkpoint metric)."""
+        scores = score(hyps, refs, self.config.bleu_tokenizer())
+        return {"exact_match": scores["exact_match"] / 100, "bleu": scores["bleu"], "chrf": scores["chrf"]}
+
+    @property
+    def user_data(self) -> bool:
+        return self.config.data is not None
+
+    def eval_data(self, data: str, workdir: Path, dist: Dist) -> TranslationDataset:
+        """Every pair of ``data`` (a .tsv or .jsonl file), encoded like the held-out split."""
+        return self._dataset(read_pairs(data), "evaluation")
+
+    def baselines(self, eval_set: TranslationDataset) -> dict[str, dict[str, float]]:
+        """Copying the source sentence as the translation (what an untrained model can at best
+        learn first), scored like the model's greedy translations."""
+        src_tok, tgt_tok = self.tokenizers()
+        copies = [src_tok.decode(ids, skip_special_tokens=True) for ids in eval_set.src]
+        refs = [tgt_tok.decode(ids, skip_special_tokens=True) for ids in eval_set.tgt]
+        return {"copy the source": self._pass_metrics(copies, refs)}
 
     # ----------------------------------------------------------------- assets
 

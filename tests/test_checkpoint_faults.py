@@ -107,7 +107,7 @@ def test_checkpoint_of_another_model_is_refused_naming_the_mismatch(finished, tm
     shutil.copytree(step_dir(other, 4), step_dir(run, 12))  # a foreign checkpoint dropped into the run
     with pytest.raises(CheckpointError, match=r"does not fit the model .*shape: .*\(48,\) vs \(32,\)"):
         load_run(run, checkpoint="12")
-    assert evaluate(run, checkpoint="8", quiet=True)["accuracy"] >= 0  # the run's own checkpoints still load
+    assert evaluate(run, checkpoint="8", quiet=True).metrics["accuracy"] >= 0  # the run's own checkpoints still load
 
 
 def test_checkpoint_with_a_mismatched_tokenizer_is_refused(finished, tmp_path):

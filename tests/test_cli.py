@@ -46,7 +46,11 @@ def test_train_then_evaluate(tmp_path):
     assert saved["task"]["d_model"] == 16 and saved["train"]["steps"] == 4
     evaluated = invoke("evaluate", str(run), "--json", "--quiet", "--device", "cpu")
     assert evaluated.exit_code == 0, evaluated.output
-    assert set(json.loads(evaluated.output)) == {"loss", "accuracy", "seq_accuracy"}
+    report = json.loads(evaluated.output)
+    assert set(report) == {"data", "metrics", "baselines"} and report["data"] == "the held-out split"
+    assert set(report["metrics"]) == {"loss", "accuracy", "seq_accuracy"}
+    assert set(report["baselines"]) == {"identity (copy the input)"}
+    assert set(report["baselines"]["identity (copy the input)"]) == {"accuracy", "seq_accuracy"}
 
 
 def test_config_file_with_flags_winning(tmp_path):

@@ -18,6 +18,7 @@ from tokformer.cli import main
 from tokformer.engine import api, registry
 from tokformer.engine.config import TrainConfig, config_fields, help_text
 from tokformer.engine.task import Task
+from tokformer.engine.trainer import RunResult
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def resolved(monkeypatch: pytest.MonkeyPatch) -> list:
     def fake_train(config=None, *, resume=None, overwrite=False, quiet=False, **overrides):
         base = api.saved_config(api.Path(resume)) if resume is not None else config
         calls.append((api.resolve_config(base, **overrides), resume))
-        return types.SimpleNamespace(metrics={}, interrupted=False, step=0, run_dir="nowhere")
+        return RunResult(run_dir=api.Path("nowhere"), step=0)
 
     monkeypatch.setattr(api, "train", fake_train)
     return calls
@@ -69,7 +70,7 @@ def test_every_field_of_every_task_is_a_flag(task):
 def test_task_train_defaults_are_the_defaults_shown():
     """translate trains 1500 steps unless told otherwise; its --help says so."""
     out = " ".join(invoke("train", "translate", "--help").output.split())
-    assert "optimizer steps to train for [default: 1500]" in out
+    assert "optimizer steps to train for (ignored when epochs is set) [default: 1500]" in out
 
 
 def test_flags_set_task_and_train_options(resolved):

@@ -1,9 +1,13 @@
-"""`tokformer train` under torchrun: 2 CPU processes (gloo) train like 1 process on the same global batch."""
+"""`tokformer train` under torchrun: 2 CPU processes (gloo) train like 1 process on the same global batch;
+a signal to the workers saves, exits 143, and the requeued command resumes exactly."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,6 +54,47 @@ def test_two_processes_match_one(tmp_path):
     assert list_checkpoints(run) == [3, 6]
     state = json.loads((step_dir(run, 6) / "state.json").read_text())
     assert state["data"]["world"] == 2 and len(state["rng"]) == 2, "every rank's RNG streams are saved"
+
+
+def torchrun_command(run: Path, steps: int) -> list[str]:
+    args = ["train", "sort", "--quiet", "--steps", str(steps), "--run-dir", str(run), "--deterministic",
+            "--eval-every", "20"]
+    args += [a for k, v in TASK.items() for a in ("-o", f"{k}={v}")]
+    args += [a for k, v in ENGINE.items() if k != "eval_every" for a in (f"--{k.replace('_', '-')}", str(v))]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            "-m", "tokformer.cli", *args]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not dist.is_gloo_available(), reason="needs the gloo backend")
+def test_sigterm_under_torchrun_saves_exits_143_and_the_requeued_command_resumes_exactly(tmp_path):
+    steps, env = 600, {**os.environ, "OMP_NUM_THREADS": "1"}
+    reference = subprocess.run(torchrun_command(tmp_path / "ref", steps), capture_output=True, text=True,
+                               timeout=300, env=env)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    run = tmp_path / "run"
+    with (tmp_path / "run.log").open("w") as log:
+        proc = subprocess.Popen(torchrun_command(run, steps), stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 180
+    while not list_checkpoints(run):  # the first checkpoint, at step 20
+        assert proc.poll() is None and time.monotonic() < deadline, "torchrun ended before its first checkpoint"
+        time.sleep(0.005)
+    workers = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    assert len(workers) == 2
+    for pid in workers:  # as a cluster preempting the job signals each of its processes
+        os.kill(int(pid), signal.SIGTERM)
+    assert proc.wait(timeout=120) != 0  # torchrun reports its workers' status as a failure
+    output = (tmp_path / "run.log").read_text()
+    assert "exitcode: 143" in output, output[-3000:]
+    assert output.count("interrupted at step") == 1, "rank 0 alone reports"
+    stopped = int(output.split("interrupted at step ")[1].split(";")[0])
+    assert stopped < steps and stopped in list_checkpoints(run)
+
+    requeued = subprocess.run(torchrun_command(run, steps), capture_output=True, text=True, timeout=300, env=env)
+    assert requeued.returncode == 0, requeued.stderr[-3000:]
+    final, expected = (load_file(step_dir(r, steps) / "model.safetensors") for r in (run, tmp_path / "ref"))
+    assert final.keys() == expected.keys() and all(torch.equal(final[k], expected[k]) for k in final)
 
 
 def test_device_auto_selection_and_bad_devices():

@@ -1,5 +1,5 @@
 """Crash and Ctrl-C against real processes: SIGKILL mid-run + --resume is bitwise exact;
-SIGINT saves a checkpoint and exits cleanly."""
+SIGINT/SIGTERM save a checkpoint and exit 130/143, and the requeued command resumes exactly."""
 
 import contextlib
 import json
@@ -108,19 +108,29 @@ def wait_until_logged(proc: subprocess.Popen, run_dir: Path, step: int, timeout:
 
 
 @pytest.mark.slow
-def test_sigint_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_saves_exits_128_plus_it_and_the_requeued_command_resumes_exactly(tmp_path, signum, status):
+    """SIGINT (Ctrl-C) and SIGTERM (preemption) save a checkpoint, print how to resume and exit
+    with 128 + the signal; the same command rerun (as a scheduler requeues it) resumes, and ends
+    bitwise where a run never interrupted ends."""
+    steps = 150
+    reference = train("sort", quiet=True, steps=steps, run_dir=str(tmp_path / "ref"), **TASK, **ENGINE).run_dir
     run = tmp_path / "run"
     log = tmp_path / "run.log"
-    proc = start(cli_args(100_000, run), log)
+    proc = start(cli_args(steps, run), log)
     wait_until_step(proc, run, 3)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) == 0
+    proc.send_signal(signum)
+    assert proc.wait(timeout=120) == status
     output = log.read_text()
     assert "Traceback" not in output
     assert "interrupted at step" in output and f"--resume {run}" in output
     stopped = int(output.split("interrupted at step ")[1].split(";")[0])
-    assert stopped in list_checkpoints(run)
+    assert stopped < steps and stopped in list_checkpoints(run)
     state = json.loads((step_dir(run, stopped) / "state.json").read_text())
     assert state["step"] == stopped and state["data"]["micro_batch"] == stopped
 
-
+    requeued = subprocess.run([sys.executable, "-m", "tokformer.cli", *cli_args(steps, run)], capture_output=True,
+                              text=True, timeout=300, env=ENV)
+    assert requeued.returncode == 0, requeued.stderr
+    final, expected = (load_file(step_dir(r, steps) / "model.safetensors") for r in (run, reference))
+    assert final.keys() == expected.keys() and all(torch.equal(final[k], expected[k]) for k in final)

@@ -55,11 +55,12 @@ def test_run_directory_layout(tmp_path):
     assert result.best == best
 
 
-def test_existing_run_dir_is_refused_unless_overwrite(tmp_path):
+def test_existing_run_dir_of_another_config_is_refused_unless_overwrite(tmp_path):
     run = tmp_path / "run"
     train("sort", quiet=True, steps=2, run_dir=str(run), **TINY)
-    with pytest.raises(ConfigError, match="already exists.*--resume.*--overwrite"):
-        train("sort", quiet=True, steps=2, run_dir=str(run), **TINY)
+    with pytest.raises(ConfigError, match=r"already exists with another config: train\.steps=3 \(the run has 2\); "
+                                          r"rerun its command .*--overwrite"):
+        train("sort", quiet=True, steps=3, run_dir=str(run), **TINY)
     assert train("sort", quiet=True, overwrite=True, steps=3, run_dir=str(run), **TINY).step == 3
 
 
@@ -85,6 +86,36 @@ def test_resume_after_losing_later_checkpoints_is_bitwise_exact(tmp_path):
     records = [json.loads(line) for line in (cut / "metrics.jsonl").read_text().splitlines()]
     keys = [(r["split"], r["step"]) for r in records]
     assert len(keys) == len(set(keys)), "steps redone after resume are logged once"
+
+
+def test_rerunning_the_command_of_a_run_with_checkpoints_resumes_it_exactly(tmp_path):
+    args = dict(quiet=True, steps=12, eval_every=4, keep_last=5, deterministic=True, dropout=0.1, **TINY)
+    full = train("sort", run_dir=str(tmp_path / "full"), **args).run_dir
+    cut = tmp_path / "cut"
+    shutil.copytree(full, cut)
+    for step in (8, 12):  # as if the job had been preempted after step 4's checkpoint
+        shutil.rmtree(step_dir(cut, step))
+    config = json.loads((cut / "config.json").read_text())
+    config["train"]["run_dir"] = str(cut)
+    (cut / "config.json").write_text(json.dumps(config))
+    result = train("sort", run_dir=str(cut), **args)  # the same command, no --resume: a scheduler's requeue
+    assert result.step == 12
+    assert_same_weights(weights(full, 12), weights(cut, 12))
+
+
+def test_rerunning_with_another_config_is_refused_naming_the_keys(tmp_path):
+    run = train("sort", quiet=True, steps=2, run_dir=str(tmp_path / "r"), **TINY).run_dir
+    with pytest.raises(ConfigError, match=r"^run directory \S+ already exists with another config: task\.d_model=16 "
+                                          r"\(the run has 32\); train\.lr=0\.002 \(the run has 0\.001\); rerun"):
+        train("sort", quiet=True, steps=2, run_dir=str(run), **{**TINY, "d_model": 16, "lr": 0.002})
+
+
+def test_a_run_that_died_before_its_first_checkpoint_starts_again_in_its_directory(tmp_path):
+    run = train("sort", quiet=True, steps=2, run_dir=str(tmp_path / "r"), **TINY).run_dir
+    shutil.rmtree(run / "checkpoints")
+    (run / "best.json").unlink()
+    result = train("sort", quiet=True, steps=2, run_dir=str(run), **TINY)
+    assert result.step == 2 and list_checkpoints(run) == [2]
 
 
 def test_resume_refuses_to_change_the_task_and_leaves_the_run_as_it_was(tmp_path):
@@ -138,7 +169,7 @@ def test_compiled_model_saves_plain_keys(tmp_path, monkeypatch):
 def test_evaluate_and_load_run(tmp_path):
     result = train("sort", quiet=True, steps=6, eval_every=3, run_dir=str(tmp_path / "r"), **TINY)
     latest = evaluate(result.run_dir, checkpoint="latest", device="cpu", quiet=True)
-    assert latest == pytest.approx(result.metrics)
+    assert latest.metrics == pytest.approx(result.metrics)
     task, model = load_run(result.run_dir, "latest")
     assert not model.training
     assert len(task.predict(model, [[3, 1, 2, 0, 5, 4]])[0]) == 6

@@ -39,7 +39,7 @@ def test_train_in_memory_graphs_with_attributes_then_predict(tmp_path: Path) -> 
     assert result.step == 3
     # the accuracy the run reports is the one its saved model scores on the held-out fold
     rescored = evaluate(tmp_path / "run", checkpoint="latest", device="cpu", quiet=True)
-    assert rescored["accuracy"] == pytest.approx(result.metrics["accuracy"])
+    assert rescored.metrics["accuracy"] == pytest.approx(result.metrics["accuracy"])
     task, model = load_run(tmp_path / "run", "latest")
     assert task.classes == ["chain", "ring"] and task.tokenizer.categories == {"atom": ["C", "N", "O"]}
     ranked = task.predict(model, graphs[:2], top_k=2)

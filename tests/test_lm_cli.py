@@ -44,7 +44,9 @@ def test_train_writes_tokenizer_and_memmapped_corpus(run):
     scores = perplexity(run)
     assert scores["ppl"] > 1 and scores["unigram_ppl"] > 1 and scores["tokens"] > 0
     evaluated = json.loads(invoke("evaluate", str(run), "--json", "--quiet", "--device", "cpu").output)
-    assert math.exp(evaluated["loss"]) == pytest.approx(scores["ppl"], rel=1e-4)  # eval loss = token-mean NLL
+    assert math.exp(evaluated["metrics"]["loss"]) == pytest.approx(scores["ppl"], rel=1e-4)  # eval loss = token NLL
+    unigram = evaluated["baselines"]["unigram model of the training split (add-one smoothed token frequencies)"]
+    assert unigram["perplexity"] == pytest.approx(scores["unigram_ppl"])
 
 
 def test_generate_streams_and_matches_the_library(run):

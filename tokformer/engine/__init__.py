@@ -9,10 +9,12 @@ from tokformer.engine.api import evaluate, load_run, resolve_config, train
 from tokformer.engine.checkpoint import TOKENIZER_DIR
 from tokformer.engine.config import RunConfig, TrainConfig
 from tokformer.engine.registry import get_task, register_task, task_names
+from tokformer.engine.report import Evaluation
 from tokformer.engine.task import StepOutput, Task
 from tokformer.engine.trainer import RunResult
 
 __all__ = [
+    "Evaluation",
     "RunConfig",
     "RunResult",
     "StepOutput",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -20,6 +21,7 @@ from tokformer.engine.config import RunConfig, load_config_file, resolve
 from tokformer.engine.distributed import Dist, barrier, broadcast, process_group
 from tokformer.engine.progress import LOGGER
 from tokformer.engine.registry import get_task
+from tokformer.engine.report import Evaluation
 from tokformer.engine.task import Task
 from tokformer.engine.trainer import RunResult, Trainer, evaluate_model
 from tokformer.errors import ConfigError, DataError, UsageError
@@ -66,23 +68,62 @@ def _deterministic(on: bool) -> Iterator[None]:
         torch.use_deterministic_algorithms(previous)
 
 
-def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool) -> Path:
-    """Pick and check the run directory on rank 0, create it, tell every rank (or the error)."""
+def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool) -> tuple[Path, bool]:
+    """Pick and check the run directory on rank 0, create it, tell every rank (or the error).
+
+    Returns the directory and whether to resume it: with ``resume``, or when it holds
+    checkpoints of this very config (a cluster requeueing the same command, see :func:`_requeue`).
+    """
     outcome: tuple[str, str]
     if d.is_main:
         run_dir = Path(cfg.train.run_dir or f"runs/{cfg.task}-{time.strftime('%Y%m%d-%H%M%S')}")
-        if not resume and run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
-            outcome = ("error", f"run directory {run_dir} already exists; "
-                                "pass --resume to continue it, --overwrite to replace it, or another --run-dir")
-        else:
-            if overwrite and not resume and run_dir.exists():
+        if resume:
+            outcome = ("resume", str(run_dir))
+        elif overwrite or not run_dir.exists() or not any(run_dir.iterdir()):
+            if overwrite and run_dir.exists():
                 shutil.rmtree(run_dir)
+            outcome = ("new", str(run_dir))
+        else:
+            outcome = _requeue(run_dir, cfg)
+        if outcome[0] != "error":
             run_dir.mkdir(parents=True, exist_ok=True)
-            outcome = ("ok", str(run_dir))
     outcome = broadcast(outcome if d.is_main else None, d)
     if outcome[0] == "error":
         raise ConfigError(outcome[1])
-    return Path(outcome[1])
+    return Path(outcome[1]), outcome[0] == "resume"
+
+
+def _requeue(run_dir: Path, cfg: RunConfig) -> tuple[str, str]:
+    """What a new run does with an existing, non-empty ``run_dir`` (rank 0).
+
+    A scheduler that requeues a preempted job reruns the same command: a directory whose
+    ``config.json`` equals this config is that run, so it resumes (``"resume"``) or, if it died
+    before its first checkpoint, starts again in it (``"new"``). Another config is refused,
+    naming the keys that differ; a directory that is no run is refused as before.
+    """
+    refuse = (f"run directory {run_dir} already exists; "
+              "pass --resume to continue it, --overwrite to replace it, or another --run-dir")
+    try:
+        saved = load_config_file(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else None
+    except ConfigError:
+        saved = None
+    if not isinstance(saved, dict) or not {"task", "train"} <= set(saved):
+        return ("error", refuse)
+    wanted = json.loads(json.dumps(cfg.to_dict()))  # as config.json holds it (tuples as lists)
+    for config in (saved, wanted):
+        config["train"]["run_dir"] = str(run_dir)
+    changed = [f"{section}.{key}={value!r} (the run has {saved[section].get(key)!r})"
+               for section in ("task", "train") for key, value in wanted[section].items()
+               if saved[section].get(key) != value]
+    if changed:
+        return ("error", f"run directory {run_dir} already exists with another config: {'; '.join(changed)}; "
+                         "rerun its command to continue it, pass --overwrite to replace it, or another --run-dir")
+    if ckpt.list_checkpoints(run_dir):
+        log.info("%s holds this run (same config): resuming it from its latest checkpoint", run_dir)
+        return ("resume", str(run_dir))
+    log.info("%s holds this run (same config) without a checkpoint: starting it again", run_dir)
+    shutil.rmtree(run_dir)
+    return ("new", str(run_dir))
 
 
 def _check_task_unchanged(saved: Mapping[str, Any], wanted: Mapping[str, Any], run_dir: Path) -> None:
@@ -128,13 +169,15 @@ def train(
         if overwrite:
             raise ConfigError("--resume continues a run and --overwrite replaces it: give one of them")
         saved = saved_config(Path(resume))
+        if saved.get("train", {}).get("epochs") is not None:  # the run's budget is its epochs
+            saved["train"].pop("steps", None)
         cfg = resolve_config(saved, **{**overrides, "train.run_dir": str(resume)})
         _check_task_unchanged(resolve_config(saved).to_dict()["task"], cfg.to_dict()["task"], Path(resume))
     else:
         cfg = resolve_config(config, **overrides)
     with process_group(cfg.train.device) as d, _deterministic(cfg.train.deterministic):
-        run_dir = _prepare_run_dir(cfg, d, resume is not None, overwrite)
-        if resume is None and d.is_main:
+        run_dir, resuming = _prepare_run_dir(cfg, d, resume is not None, overwrite)
+        if not resuming and d.is_main:
             cfg.train.run_dir = str(run_dir)
             ckpt.write_json_atomic(run_dir / CONFIG_FILE, cfg.to_dict())
         elif d.is_main and cfg.to_dict() != saved_config(run_dir):
@@ -143,11 +186,11 @@ def train(
             log.info("run directory: %s", run_dir)
         try:
             task = get_task(cfg.task)(cfg.task_config)
-            return Trainer(cfg, task, run_dir, d, resume=resume is not None, quiet=quiet).fit()
+            return Trainer(cfg, task, run_dir, d, resume=resuming, quiet=quiet).fit()
         except UsageError:
             # A run refused for bad input (data, options) leaves no half-made run directory
             # behind, so fixing the input and rerunning needs no --overwrite.
-            if resume is None and d.is_main and not ckpt.list_checkpoints(run_dir):
+            if not resuming and d.is_main and not ckpt.list_checkpoints(run_dir):
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
 
@@ -165,32 +208,36 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str = "best",
     return task, model.to(device).eval()
 
 
-def evaluate(path: str | os.PathLike, *, checkpoint: str = "best", device: str = "auto",
-             batch_size: int | None = None, quiet: bool = False) -> dict[str, float]:
+def evaluate(path: str | os.PathLike, *, data: str | os.PathLike | None = None, checkpoint: str = "best",
+             device: str = "auto", batch_size: int | None = None, quiet: bool = False) -> Evaluation:
     """Loss and task metrics of a run's checkpoint, or of a model folder (``tokformer export``),
-    on the task's eval set; the Python form of ``tokformer evaluate``."""
-    from tokformer.engine.pretrained import load_model, train_config  # it builds on this module
+    beside the task's baselines on the same data; the Python form of ``tokformer evaluate``.
+
+    ``data`` is other data to evaluate on, all of it, given as the task's ``data`` option takes
+    it (an lm text file or folder, a translate .tsv/.jsonl, a classify image folder, a graph
+    folder or manifest); by default the task's held-out split. Baselines fit on data are fit
+    on the run's training split, which must still be readable.
+    """
+    from tokformer.engine.pretrained import folder_kind, load_model, train_config  # they build on this module
 
     settings = train_config(path)
-    with process_group(device) as d, _data_dir(path, d) as data_dir:
+    with process_group(device) as d, _scratch(d) as scratch:
         task, model = load_model(path, checkpoint, d.device)
-        task.setup(data_dir, d)
-        dataset = task.eval_dataset()
+        task.setup(Path(path) if folder_kind(path) == "run" else scratch, d)  # a run's data are prepared already
+        if data is None:
+            dataset, described = task.eval_dataset(), "the held-out split"
+        else:
+            dataset, described = task.eval_data(str(data), scratch / "eval-data", d), str(data)
         if dataset is None:
             raise DataError(f"the task of {path} has no evaluation set")
         size = batch_size or max(1, settings.batch_size // d.world)
-        return evaluate_model(task, model, dataset, d, size, settings.precision, d.is_main and not quiet)
+        metrics = evaluate_model(task, model, dataset, d, size, settings.precision, d.is_main and not quiet)
+        return Evaluation(metrics, task.baselines(dataset) if d.is_main else {}, described)
 
 
 @contextlib.contextmanager
-def _data_dir(path: str | os.PathLike, d: Dist) -> Iterator[Path]:
-    """Where ``Task.setup`` prepares evaluation data: a run's own directory (its packed data is
-    there already), else a temporary one rank 0 makes, shares with the others and removes."""
-    from tokformer.engine.pretrained import folder_kind
-
-    if folder_kind(path) == "run":
-        yield Path(path)
-        return
+def _scratch(d: Dist) -> Iterator[Path]:
+    """A temporary directory for evaluation data that rank 0 makes, shares with the others and removes."""
     scratch = broadcast(tempfile.mkdtemp(prefix="tokformer-eval-") if d.is_main else None, d)
     try:
         yield Path(scratch)

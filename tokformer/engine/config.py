@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -35,7 +36,9 @@ def help_text(text: str) -> dict[str, str]:
 class TrainConfig:
     """Engine settings shared by every task. Field help texts become the CLI's ``--help``."""
 
-    steps: int = field(default=1000, metadata=help_text("optimizer steps to train for"))
+    steps: int = field(default=1000, metadata=help_text("optimizer steps to train for (ignored when epochs is set)"))
+    epochs: float | None = field(default=None, metadata=help_text(
+        "passes over the training set instead of steps: steps = ceil(epochs * samples / batch_size)"))
     batch_size: int = field(default=32, metadata=help_text("global samples per optimizer step (all processes)"))
     grad_accum: int = field(default=1, metadata=help_text("micro-batches accumulated per optimizer step"))
     lr: float = field(default=1e-3, metadata=help_text("peak learning rate"))
@@ -55,6 +58,9 @@ class TrainConfig:
     log_every: int = field(default=10, metadata=help_text("log training metrics every N steps"))
     eval_every: int = field(default=100, metadata=help_text("evaluate and save a checkpoint every N steps"))
     keep_last: int = field(default=3, metadata=help_text("checkpoints kept besides the best one"))
+    early_stop: int | None = field(default=None, metadata=help_text(
+        "stop after N evaluations without a better best_metric, keeping the best checkpoint; 0: off; "
+        "none: 3 when the data are your own, off on a task's built-in data"))
     num_workers: int = field(default=0, metadata=help_text("DataLoader worker processes"))
     run_dir: str | None = field(default=None, metadata=help_text("run directory; default runs/TASK-TIMESTAMP"))
 
@@ -65,6 +71,10 @@ class TrainConfig:
         for name in ("warmup_steps", "weight_decay", "grad_clip", "num_workers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.epochs is not None and not (self.epochs > 0 and math.isfinite(self.epochs)):
+            raise ValueError(f"epochs must be positive, got {self.epochs}")
+        if self.early_stop is not None and self.early_stop < 0:
+            raise ValueError(f"early_stop must be >= 0 (0: off), got {self.early_stop}")
         if self.lr <= 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
@@ -263,6 +273,23 @@ def split_sections(data: Mapping[str, Any], source: str) -> tuple[str | None, di
     return task.pop("name", None), task, dict(train)
 
 
+def _given(values: Mapping[str, Any], key: str) -> bool:
+    value = values.get(key)
+    return value is not None and not (isinstance(value, str) and value.lower() in ("none", "null"))
+
+
+def merge_budget(lower: Mapping[str, Any], upper: Mapping[str, Any]) -> dict[str, Any]:
+    """``{**lower, **upper}`` for train values, where ``steps`` and ``epochs`` are two spellings of
+    one budget: ``upper`` (the overrides) may give only one of them, and the one it gives replaces
+    the other from ``lower`` (``--steps 5000`` on resuming a run that was given epochs means steps)."""
+    if _given(upper, "steps") and _given(upper, "epochs"):
+        raise ConfigError("give --steps or --epochs, not both")
+    merged = {**lower, **upper}
+    if _given(upper, "steps"):
+        merged["epochs"] = None
+    return merged
+
+
 def resolve(
     task_name: str | None,
     base: Mapping[str, Any] | None,
@@ -272,6 +299,7 @@ def resolve(
     """Merge config layers, lowest priority first: dataclass defaults, ``base`` (a nested
     mapping from a file or a saved run), then ``overrides`` (flat ``key`` or ``section.key``).
 
+    ``epochs``, when set, is the budget and ``steps`` is ignored (see :func:`merge_budget`).
     ``task_config_cls`` maps a task name to its config dataclass (the registry lookup). A
     task config may set a ``train_defaults`` ClassVar (``{"steps": 2000, ...}``): the
     train values that suit the task, between TrainConfig's defaults and ``base``.
@@ -281,9 +309,11 @@ def resolve(
     if name is None:
         raise ConfigError("no task given: name one (tokformer train sort) or set task.name in the config file")
     cls = task_config_cls(name)
+    train_overrides: dict[str, Any] = {}
     for key, value in overrides.items():
         section, field_name = route_override(key, cls)
-        (train_values if section == "train" else task_values)[field_name] = value
+        (train_overrides if section == "train" else task_values)[field_name] = value
+    train_values = merge_budget(train_values, train_overrides)
     return RunConfig(
         task=name,
         task_config=build_dataclass(cls, task_values, f"task '{name}'"),

@@ -1,8 +1,12 @@
 """Turn Ctrl-C (SIGINT) and SIGTERM (schedulers' preemption) into "save and stop".
 
 The signal handler only sets a flag; the training loop checks it between optimizer
-steps, so the checkpoint it then writes is of a consistent state. A second signal
-interrupts at once.
+steps, so the checkpoint it then writes is of a consistent state. A second Ctrl-C
+interrupts at once; other repeats are ignored (torchrun answers Ctrl-C by sending its
+workers SIGTERM, after the terminal already sent them SIGINT). The flag remembers
+which signal came, so the command can exit with the status a shell or a cluster
+scheduler expects of it (128 + the signal number: 130 for SIGINT, 143 for SIGTERM)
+after saving.
 """
 
 from __future__ import annotations
@@ -15,8 +19,14 @@ from types import FrameType
 
 
 class StopFlag:
+    """Whether a stop was asked for, and by which signal (``signum``, None until one came)."""
+
     def __init__(self) -> None:
-        self.requested = False
+        self.signum: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
 
 
 @contextlib.contextmanager
@@ -28,9 +38,10 @@ def stop_on_signals() -> Iterator[StopFlag]:
         return
 
     def handle(signum: int, frame: FrameType | None) -> None:
-        if flag.requested:
+        if flag.signum == signal.SIGINT == signum:  # Ctrl-C twice: the user wants out now
             raise KeyboardInterrupt
-        flag.requested = True
+        if not flag.requested:  # other repeats (torchrun forwarding SIGTERM after Ctrl-C): stopping already
+            flag.signum = signum
 
     previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -17,6 +17,8 @@ from torch.utils.data import Dataset
 
 from tokformer.engine.checkpoint import TOKENIZER_DIR
 from tokformer.engine.distributed import Dist
+from tokformer.engine.report import Baselines
+from tokformer.errors import UsageError
 
 # A metric is accumulated as (sum, count) so the engine can average it exactly across
 # batches of different sizes and across processes: accuracy = (correct tokens, tokens).
@@ -95,6 +97,31 @@ class Task:
     def eval_dataset(self) -> Dataset | None:
         """The held-out set evaluated every ``eval_every`` steps, or None."""
         return None
+
+    @property
+    def user_data(self) -> bool:
+        """Whether the data come from the user rather than being the task's built-in default.
+
+        The engine stops such runs early by default (``early_stop``): a small real dataset is
+        overfitted long before a step budget sized for the built-in data ends. Default: False.
+        """
+        return False
+
+    def eval_data(self, data: str, workdir: Path, dist: Dist) -> Dataset:
+        """All of ``data`` (a path as the task's ``data`` option takes it) as an evaluation set,
+        for ``tokformer evaluate --data``; called after :meth:`setup`. Prepared files go to
+        ``workdir`` (rank 0 writes, then ``barrier(dist)``), which is removed afterwards.
+        Default: the task reads no outside data."""
+        raise UsageError(f"task {type(self).__name__} cannot evaluate outside data: drop --data")
+
+    def baselines(self, eval_set: Dataset) -> Baselines:
+        """Trivial predictors scored on ``eval_set`` with the metrics :meth:`step` and
+        :meth:`eval_end` report: ``{description: {metric: value}}`` (e.g. ``{"majority class of
+        the training split": {"accuracy": 0.1}}``). A baseline fit on data is fit on the training
+        split, deterministically and cheaply; the description says what it is. The engine prints
+        them beside the model's metrics after training and in ``tokformer evaluate``. Called after
+        :meth:`setup`, on rank 0 only. Default: none."""
+        return {}
 
     def collate(self, samples: list[Any], train: bool) -> Any:
         """A list of dataset items -> one batch; ``train`` says whether it is a training batch

@@ -3,13 +3,18 @@
 Per optimizer step: set the scheduled learning rate, run ``grad_accum`` micro-batches
 (forward under autocast, backward; DDP synchronises gradients on the last one only),
 agree across processes on the loss and on a stop request, stop on a non-finite loss,
-clip, step. Every ``eval_every`` steps: evaluate, checkpoint, keep the best.
+clip, step. Every ``eval_every`` steps: evaluate, checkpoint, keep the best, watch the
+held-out loss for overfitting and stop early when the best metric stops improving
+(:mod:`tokformer.engine.watch`). At the end rank 0 scores the task's baselines on the
+held-out set, beside the best checkpoint's metrics (:mod:`tokformer.engine.report`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import json
 import logging
 import math
 import time
@@ -29,9 +34,11 @@ from tokformer.engine.distributed import Dist, all_sum, gather
 from tokformer.engine.metrics import MeanMeter, MetricLog, plot_metrics
 from tokformer.engine.optim import build_optimizer, lr_at, set_lr
 from tokformer.engine.progress import LOGGER, progress
+from tokformer.engine.report import Evaluation
 from tokformer.engine.rng import rng_state, seed_everything, set_rng_state
 from tokformer.engine.signals import stop_on_signals
 from tokformer.engine.task import Task
+from tokformer.engine.watch import DEFAULT_PATIENCE, Watch
 from tokformer.errors import CheckpointError, ConfigError, DataError, TrainingError
 
 log = logging.getLogger(LOGGER)
@@ -46,7 +53,11 @@ class RunResult:
         step: optimizer steps done.
         metrics: the last evaluation's metrics (``loss`` and the task's).
         best: ``{"step", "metric", "value"}`` of the best checkpoint, or None.
-        interrupted: stopped early by SIGINT/SIGTERM (a checkpoint was saved).
+        interrupted: stopped by SIGINT/SIGTERM (a checkpoint was saved).
+        signal: the number of that signal (the CLI exits with 128 + it), else None.
+        stopped_early: stopped by ``early_stop`` (the run ended normally; ``best`` is the checkpoint to use).
+        report: the best checkpoint's metrics beside the task's baselines on the held-out set
+            (rank 0, when the run has an evaluation set and was not interrupted), else None.
     """
 
     run_dir: Path
@@ -54,6 +65,9 @@ class RunResult:
     metrics: dict[str, float] = field(default_factory=dict)
     best: dict[str, Any] | None = None
     interrupted: bool = False
+    signal: int | None = None
+    stopped_early: bool = False
+    report: Evaluation | None = None
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -107,6 +121,11 @@ class Trainer:
             task.load_assets(self.run_dir)
         task.setup(self.run_dir, d)  # rank 0 prepares the data once, the others wait and load it
         train_set, eval_set = task.train_dataset(), task.eval_dataset()
+        if tc.epochs is not None:  # the budget in passes over the data: steps follow from its size
+            self.tc = tc = dataclasses.replace(tc, steps=max(1, math.ceil(tc.epochs * len(train_set) / tc.batch_size)))
+            self._info("%g epochs of %d samples in batches of %d: %d steps", tc.epochs, len(train_set),
+                       tc.batch_size, tc.steps)
+        watch = Watch(self._patience(eval_set))
         if d.is_main and not self.resume:
             task.save_assets(self.run_dir)
         # recorded in every checkpoint, so loading can refuse a tokenizer swapped in later (rank 0 saves)
@@ -123,7 +142,7 @@ class Trainer:
         step, best = 0, None
         logbook = MetricLog(self.run_dir) if d.is_main else None
         if self.resume:
-            step, best = self._restore(raw, optimizer, logbook)
+            step, best, watch = self._restore(raw, optimizer, logbook, watch)
         sampler = StepSampler(len(train_set), self.micro_batch, d.world, d.rank, tc.seed, start=step * tc.grad_accum,
                               order=getattr(train_set, "epoch_order", None))
         if sampler.batches_per_epoch == 0:
@@ -165,10 +184,17 @@ class Trainer:
                         meter, t0, samples = MeanMeter(), time.perf_counter(), 0
                     if step % tc.eval_every == 0 or step == tc.steps or agreed[1] > 0:
                         result.metrics = self._evaluate(eval_model, eval_set, logbook, step)
-                        best = self._save(raw, optimizer, step, best, result.metrics)
+                        best = self._watch(watch, step, best, result.metrics)
+                        self._save(raw, optimizer, step, best, result.metrics, watch)
                     if agreed[1] > 0:
                         result.interrupted = True
+                        result.signal = max(s or 0 for s in gather(stop.signum, d)) or None  # a collective
                         self._info("stopped at step %d; resume with: tokformer train --resume %s", step, self.run_dir)
+                        break
+                    if watch.should_stop and step < tc.steps:  # at the last step it is the budget that ends it
+                        result.stopped_early = True
+                        self._info("no better %s for %d evaluations: stopped early at step %d; the best checkpoint "
+                                   "is step %s", task.best_metric, watch.stale, step, best["step"] if best else "-")
                         break
         finally:
             bar.close()
@@ -177,7 +203,41 @@ class Trainer:
                 if (self.run_dir / "metrics.jsonl").exists():
                     plot_metrics(self.run_dir)
         result.step, result.best = step, best
+        if d.is_main and eval_set is not None and best is not None and not result.interrupted:
+            result.report = self._report(eval_set, best)
         return result
+
+    def _patience(self, eval_set: Dataset | None) -> int:
+        """``early_stop``, or by default on (``DEFAULT_PATIENCE``) for the user's own data only."""
+        if eval_set is None:
+            return 0
+        if self.tc.early_stop is not None:
+            return self.tc.early_stop
+        if not self.task.user_data:
+            return 0
+        self._info("early stopping after %d evaluations without a better %s (the data are yours; "
+                   "--early-stop 0 turns it off)", DEFAULT_PATIENCE, self.task.best_metric)
+        return DEFAULT_PATIENCE
+
+    def _watch(self, watch: Watch, step: int, best: dict[str, Any] | None,
+               metrics: dict[str, float]) -> dict[str, Any] | None:
+        """The new best after this evaluation; counts it in ``watch`` (rank 0 warns of overfitting)."""
+        name = self.task.best_metric
+        value = metrics.get(name)
+        improved = value is not None and math.isfinite(value) and (
+            best is None or (value > best["value"] if self.task.higher_is_better else value < best["value"]))
+        if improved:
+            best = {"step": step, "metric": name, "value": value}
+        warning = watch.update(step, metrics.get("loss"), improved)
+        if warning and self.d.is_main:
+            log.warning(warning)
+        return best
+
+    def _report(self, eval_set: Dataset, best: dict[str, Any]) -> Evaluation:
+        """The best checkpoint's held-out metrics (saved in its state) beside the task's baselines."""
+        state = json.loads((ckpt.step_dir(self.run_dir, best["step"]) / "state.json").read_text(encoding="utf-8"))
+        return Evaluation(state["metrics"], self.task.baselines(eval_set),
+                          f"the held-out split, best checkpoint (step {best['step']})")
 
     def _accumulate(self, model: nn.Module, batches: Any, meter: MeanMeter) -> float:
         """Forward and backward ``grad_accum`` micro-batches; returns this rank's mean loss."""
@@ -217,14 +277,8 @@ class Trainer:
             logbook.write(split, step, values)
 
     def _save(self, raw: nn.Module, optimizer: torch.optim.Optimizer, step: int,
-              best: dict[str, Any] | None, metrics: dict[str, float]) -> dict[str, Any] | None:
-        """Checkpoint ``step`` (rank 0), update the best, prune old ones; returns the new best."""
-        name = self.task.best_metric
-        value = metrics.get(name)
-        if value is not None and math.isfinite(value):
-            better = best is None or (value > best["value"] if self.task.higher_is_better else value < best["value"])
-            if better:
-                best = {"step": step, "metric": name, "value": value}
+              best: dict[str, Any] | None, metrics: dict[str, float], watch: Watch) -> None:
+        """Checkpoint ``step`` (rank 0) and prune old ones, keeping ``best``."""
         rngs = gather(rng_state(), self.d)  # a collective: every rank's generators, for exact resume
         if self.d.is_main:
             state = {
@@ -234,6 +288,7 @@ class Trainer:
                 "data": self._data_position(step),
                 "rng": rngs,
                 "best": best,
+                "watch": watch.state(),
                 "metrics": metrics,
                 ckpt.TOKENIZER_HASH: self.tokenizer_hash,
             }
@@ -241,7 +296,6 @@ class Trainer:
             if best is not None:
                 ckpt.write_json_atomic(self.run_dir / "best.json", best)
             ckpt.prune(self.run_dir, self.tc.keep_last, {best["step"]} if best else set())
-        return best
 
     def _data_position(self, step: int) -> dict[str, int]:
         """Where the data stream stands after ``step`` steps (resume recomputes it from the step;
@@ -251,16 +305,17 @@ class Trainer:
         return {"micro_batch": consumed, "epoch": epoch, "batch_in_epoch": batch,
                 "micro_batch_size": self.micro_batch, "world": self.d.world, "seed": self.tc.seed}
 
-    def _restore(self, raw: nn.Module, optimizer: torch.optim.Optimizer,
-                 logbook: MetricLog | None) -> tuple[int, dict[str, Any] | None]:
-        """Load the latest complete checkpoint into model, optimizer and RNGs."""
+    def _restore(self, raw: nn.Module, optimizer: torch.optim.Optimizer, logbook: MetricLog | None,
+                 watch: Watch) -> tuple[int, dict[str, Any] | None, Watch]:
+        """Load the latest complete checkpoint into model, optimizer and RNGs; returns its step,
+        best and evaluation watch."""
         if self.d.is_main:
             ckpt.remove_partial(self.run_dir)
         if not ckpt.list_checkpoints(self.run_dir):  # died before its first save: start over
             self._info("no checkpoint in %s yet; starting from step 0", self.run_dir)
             if logbook is not None:
                 logbook.truncate_after(0)
-            return 0, None
+            return 0, None, watch
         path, state = self._latest_readable(raw)
         optim_state = state["optimizer"]
         optim_state["state"] = {int(k): v for k, v in optim_state["state"].items()}  # JSON keys are strings
@@ -275,7 +330,7 @@ class Trainer:
         if logbook is not None:
             logbook.truncate_after(state["step"])
         self._info("resumed from %s (step %d)", path, state["step"])
-        return state["step"], state["best"]
+        return state["step"], state["best"], Watch.restore(watch.patience, state.get("watch"))
 
     def _latest_readable(self, raw: nn.Module) -> tuple[Path, dict[str, Any]]:
         """Load the newest checkpoint that reads cleanly into ``raw``; a damaged newer one (a
