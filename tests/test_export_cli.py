@@ -9,23 +9,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 from PIL import Image
+from tiny import TINY, TRAIN
 
 from tokformer.cli import main
 from tokformer.engine import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TRAIN = {"steps": 2, "eval_every": 2, "warmup_steps": 1, "device": "cpu", "quiet": True}
-TINY = {
-    "sort": {"seq_len": 6, "train_size": 64, "eval_size": 16, "d_model": 16, "n_heads": 2, "n_layers": 1,
-             "batch_size": 16},
-    "classify": {"train_size": 32, "eval_size": 16, "d_model": 16, "n_heads": 2, "n_layers": 1, "patch_size": 8,
-                 "image_size": 16, "batch_size": 8},
-    "translate": {"vocab_size": 300, "d_model": 32, "n_heads": 2, "encoder_layers": 1, "decoder_layers": 1,
-                  "batch_size": 8, "train_size": 64, "eval_size": 8},
-    "lm": {"vocab_size": 300, "context_len": 16, "d_model": 16, "n_heads": 2, "n_layers": 1, "val_fraction": 0.2,
-           "batch_size": 4, "stdlib_bytes": 30_000, "tokenizer_chars": 20_000},
-}
 
 
 def invoke(*args: str | Path):

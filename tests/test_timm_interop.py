@@ -6,6 +6,8 @@ from safetensors.torch import save_file
 
 timm_vit = pytest.importorskip("timm.models.vision_transformer")
 
+from tiny import randomised  # noqa: E402
+
 from tokformer.errors import ConfigError, DataError  # noqa: E402
 from tokformer.tokenizers.timm_vit import (  # noqa: E402
     build_vit,
@@ -135,16 +137,6 @@ def test_fresh_tokformer_vit_exports_to_timm():
         torch.testing.assert_close(model(tokenizer.batch(images)), timm_model(images), atol=1e-5, rtol=1e-5)
 
 
-def _randomise(model: torch.nn.Module) -> torch.nn.Module:
-    """Every parameter random, norms and layer scales around 1 (a zero gamma would hide the branch)."""
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            around_one = p.dim() == 1 and ("norm" in name or "gamma" in name)
-            p.copy_((1.0 if around_one else 0.0) + torch.randn(p.shape, generator=g) * 0.1)
-    return model.eval()
-
-
 # Today's families, at small sizes with each family's own options (timm's model functions add
 # only sizes to these, plus pretrained_cfg).
 FAMILIES = {
@@ -166,7 +158,7 @@ def make_family(name: str) -> torch.nn.Module:
 
         options["mlp_layer"] = SwiGLUPacked
     torch.manual_seed(0)
-    return _randomise(timm_vit.VisionTransformer(**{**SMALL, **options}))
+    return randomised(timm_vit.VisionTransformer(**{**SMALL, **options}))
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))

@@ -6,6 +6,7 @@ import torch
 eva = pytest.importorskip("timm.models.eva")
 
 from timm.layers.pos_embed_sincos import RotaryEmbeddingCat  # noqa: E402
+from tiny import randomised  # noqa: E402
 
 from tokformer.config import TransformerConfig  # noqa: E402
 from tokformer.errors import ConfigError  # noqa: E402
@@ -43,19 +44,9 @@ FAMILIES = {
 }
 
 
-def _randomise(model: torch.nn.Module) -> torch.nn.Module:
-    """Every parameter random, norms and layer scales around 1 (a zero gamma would hide the branch)."""
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            around_one = p.dim() == 1 and ("norm" in name or "gamma" in name)
-            p.copy_((1.0 if around_one else 0.0) + torch.randn(p.shape, generator=g) * 0.1)
-    return model.eval()
-
-
 def make_eva(name: str, **overrides) -> torch.nn.Module:
     torch.manual_seed(0)
-    return _randomise(eva.Eva(**{**SMALL, **FAMILIES[name], **overrides}))
+    return randomised(eva.Eva(**{**SMALL, **FAMILIES[name], **overrides}))
 
 
 def _size(model: torch.nn.Module) -> tuple[int, int]:
