@@ -16,10 +16,10 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from tokformer.batch import TokenBatch
-from tokformer.classifier import _padding_or_none
 from tokformer.engine import Task
 from tokformer.errors import UsageError
 from tokformer.interop.export import export_onnx, export_program, graph_breaks, run_onnx
+from tokformer.masks import padding_or_none
 from tokformer.positional import LearnedPositions
 from tokformer.tasks.classify import ClassifyConfig, ClassifyTask
 from tokformer.tasks.graph import GraphConfig, GraphTask
@@ -188,9 +188,9 @@ def test_eager_learned_positions_still_refuse_positions_past_the_table():
 
 
 def test_eager_all_real_mask_still_skips_the_mask_tensor():
-    assert _padding_or_none(torch.ones(2, 3, dtype=torch.bool)) is None  # SDPA's unmasked (fused) kernel
+    assert padding_or_none(torch.ones(2, 3, dtype=torch.bool)) is None  # SDPA's unmasked (fused) kernel
     mask = torch.tensor([[True, False]])
-    assert _padding_or_none(mask) is mask
+    assert padding_or_none(mask) is mask
 
 
 @torch.no_grad()

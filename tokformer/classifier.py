@@ -7,12 +7,12 @@ graph Transformer classifier. The model itself knows neither: it maps a
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
 from tokformer.heads import ClassificationHead
+from tokformer.masks import padding_or_none
 from tokformer.transformer import Encoder
 
 
@@ -38,19 +38,8 @@ class EncoderClassifier(nn.Module):
         """Encoded tokens ``[B, N, d]``; the batch's ``attn_bias`` (e.g. a graph's adjacency), if any,
         applies to every head of every layer."""
         x = self.embedder(batch)  # [B, N, d]
-        return self.encoder(x, _padding_or_none(batch.mask), attn_mask=batch.attention_bias, positions=batch.positions)
+        return self.encoder(x, padding_or_none(batch.mask), attn_mask=batch.attention_bias, positions=batch.positions)
 
     def forward(self, batch: TokenBatch) -> Tensor:  # -> [B, n_classes]
         return self.head(self.features(batch), batch.mask)
 
-
-def _padding_or_none(mask: Tensor) -> Tensor | None:
-    """None when no token is padding, so attention takes the unmasked (fused) kernel.
-
-    Eager mode only: the check reads a value back from the device, which torch.compile
-    would turn into a graph break and torch.export cannot trace. Traced code keeps the
-    mask, which gives the same result through the masked kernel.
-    """
-    if torch.compiler.is_compiling():
-        return mask
-    return None if bool(mask.all()) else mask

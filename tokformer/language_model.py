@@ -7,13 +7,13 @@ cross-attention because there is nothing to cross-attend to.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
 from tokformer.embedding import Embedder
 from tokformer.kv_cache import KVCache, cached_length, make_caches
+from tokformer.masks import padding_or_none
 from tokformer.transformer import Encoder
 
 
@@ -57,13 +57,8 @@ class CausalLM(nn.Module):
         """
         x = self.embedder(batch)  # [B, N, d]
         key_mask = batch.mask if key_mask is None else key_mask
-        # No padding (promised, or found in eager mode): attention takes SDPA's fused causal
-        # kernel. Looking is eager-only: the check reads a value back from the device (a graph
-        # break under torch.compile, untraceable for torch.export); traced code keeps the mask.
-        if cached_length(caches) == 0 and (
-            not padded or (not torch.compiler.is_compiling() and bool(key_mask.all()))
-        ):
-            key_mask = None
+        if cached_length(caches) == 0:  # no padding, promised or found: SDPA's fused causal kernel
+            key_mask = padding_or_none(key_mask) if padded else None
         x = self.encoder(x, key_mask, is_causal=True, attn_mask=batch.attention_bias, caches=caches,
                          positions=batch.positions)
         return self.head(x)

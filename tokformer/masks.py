@@ -29,6 +29,19 @@ def padding_mask(key_mask: Tensor) -> Tensor:
     return key_mask[:, None, None, :]
 
 
+def padding_or_none(key_mask: Tensor) -> Tensor | None:
+    """``key_mask`` ``[B, Nk]``, or None when no token is padding, so attention takes SDPA's
+    unmasked (fused) kernel.
+
+    Eager mode only: the check reads a value back from the device, which torch.compile would
+    turn into a graph break and torch.export cannot trace. Traced code keeps the mask, which
+    gives the same result through the masked kernel.
+    """
+    if torch.compiler.is_compiling():
+        return key_mask
+    return None if bool(key_mask.all()) else key_mask
+
+
 def prefix_lm_mask(prefix_len: Tensor | int, n: int, device: torch.device | None = None) -> Tensor:
     """Bidirectional over the first ``prefix_len`` tokens, causal after them.
 
