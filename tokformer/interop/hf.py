@@ -186,11 +186,11 @@ def _llama_fields(hf: dict[str, Any], family: str) -> dict[str, Any]:
 
 def family_of(cfg) -> str:
     """The Hugging Face family that represents an ``lm`` model exactly, or a one-line error naming why none does."""
-    common = {"qk_norm": cfg.qk_norm, "layer_scale": cfg.layer_scale is not None, "n_registers": False}
+    common = {"qk_norm": cfg.qk_norm, "layer_scale": cfg.layer_scale is not None}
     if any(common.values()):
         raise ConfigError(f"no Hugging Face causal-LM family has {next(k for k, v in common.items() if v)}")
-    bias = {name: cfg.bias if getattr(cfg, f"{name}_bias") is None else getattr(cfg, f"{name}_bias")
-            for name in ("qkv", "out", "mlp")}
+    block = cfg.transformer()
+    bias = {name: block.bias_of(name) for name in ("qkv", "out", "mlp")}
     if cfg.position == "learned":
         gpt2 = {"norm": cfg.norm == "layer", "mlp": cfg.mlp == "plain", "biases": all(bias.values()),
                 "n_kv_heads": cfg.n_kv_heads in (None, cfg.n_heads),
@@ -228,15 +228,14 @@ def hf_config(cfg, family: str, tokenizer) -> dict[str, Any]:
                 "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}[family]
     act = "silu" if cfg.mlp == "swiglu" else ("gelu_pytorch_tanh" if cfg.activation == "gelu_tanh" else "gelu")
-    d_ff = cfg.d_ff or 4 * cfg.d_model
+    block = cfg.transformer()
     out = {**common, "architectures": [arch], "hidden_size": cfg.d_model, "num_attention_heads": cfg.n_heads,
-           "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads, "num_hidden_layers": cfg.n_layers,
-           "intermediate_size": d_ff, "max_position_embeddings": cfg.context_len, "hidden_act": act,
-           "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta, "head_dim": cfg.d_model // cfg.n_heads,
+           "num_key_value_heads": block.kv_heads, "num_hidden_layers": cfg.n_layers,
+           "intermediate_size": block.ff_width, "max_position_embeddings": cfg.context_len, "hidden_act": act,
+           "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta, "head_dim": block.d_head,
            "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta}, "attention_dropout": 0.0}
     if family == "llama":
-        qkv = cfg.bias if cfg.qkv_bias is None else cfg.qkv_bias
-        out.update(attention_bias=qkv, mlp_bias=cfg.bias if cfg.mlp_bias is None else cfg.mlp_bias)
+        out.update(attention_bias=block.bias_of("qkv"), mlp_bias=block.bias_of("mlp"))
     return out
 
 
@@ -331,7 +330,8 @@ def state_to_hf(state: dict[str, Tensor], family: str, cfg) -> dict[str, Tensor]
     out["model.norm.weight"] = state["encoder.norm.weight"]
     if not cfg.tie_embeddings:
         out["lm_head.weight"] = state["head.weight"]
-    kv_width = (cfg.n_kv_heads or cfg.n_heads) * (cfg.d_model // cfg.n_heads)
+    block = cfg.transformer()
+    kv_width = block.kv_heads * block.d_head
     for i in range(cfg.n_layers):
         theirs, ours = f"model.layers.{i}.", f"encoder.blocks.{i}."
         for part, hf_part in _RENAMED.items():
