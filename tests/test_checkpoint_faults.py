@@ -155,3 +155,77 @@ def test_a_run_of_another_task_is_refused_by_each_command(finished, command, mes
     result = CliRunner().invoke(main, [part.format(run=finished) for part in command])
     assert result.exit_code == 2 and message in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+# Sharded checkpoints (--strategy fsdp): a missing shard, a shard of another step, no manifest, a full disk.
+# One process writes one shard; the checks are per shard, the same for any number (two processes, and
+# resuming on another number of them: test_engine_fsdp.py).
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory):
+    """``finished`` again with --strategy fsdp: checkpoints 4, 8 and 12, each a manifest and a shard."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return train("sort", quiet=True, steps=12, run_dir=str(tmp_path_factory.mktemp("runs") / "sharded"),
+                     strategy="fsdp", **TINY).run_dir
+    finally:
+        torch.set_num_threads(threads)
+
+
+SHARD = "shard-00000-of-00001.safetensors"
+
+
+def test_a_missing_shard_is_a_one_line_error_and_resume_falls_back_to_the_checkpoint_before(sharded_run, tmp_path,
+                                                                                           caplog):
+    run = copy_run(sharded_run, tmp_path)
+    (step_dir(run, 12) / SHARD).unlink()
+    result = CliRunner().invoke(main, ["evaluate", str(run), "--checkpoint", "12", "--quiet"])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert f"checkpoint {step_dir(run, 12)} is incomplete: shard {SHARD} is missing" in result.output
+    assert train(resume=run, quiet=True).step == 12
+    assert "is missing" in caplog.text and "resuming from the checkpoint before it" in caplog.text
+    resumed, straight = (ckpt.load_model_state(step_dir(r, 12)) for r in (run, sharded_run))
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight), "redone from step 8, bitwise"
+
+
+def test_a_shard_from_another_step_is_refused_naming_it(sharded_run, tmp_path):
+    run = copy_run(sharded_run, tmp_path)
+    shutil.copy(step_dir(run, 8) / SHARD, step_dir(run, 12) / SHARD)
+    expected = rf"{SHARD} is a shard of step 8 \(1 process\), not of step 12 \(1 process\): copied"
+    with pytest.raises(CheckpointError, match=expected):
+        load_run(run, checkpoint="12")
+    assert train(resume=run, quiet=True).step == 12  # resume skips it, as any damaged checkpoint
+
+
+def test_a_sharded_checkpoint_without_its_manifest_is_incomplete(sharded_run, tmp_path):
+    run = copy_run(sharded_run, tmp_path)
+    (step_dir(run, 12) / "manifest.json").unlink()
+    with pytest.raises(CheckpointError, match=r"step-00000012 is incomplete: no manifest.json \(it is written last"):
+        load_run(run, checkpoint="latest")
+
+
+def test_full_disk_during_a_sharded_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
+    """The third save (step 12) runs out of space half-way through its shard."""
+    from tokformer.engine import sharded_checkpoint
+
+    real_save, calls = sharded_checkpoint.save_file, []
+
+    def save_until_the_disk_fills(tensors, path, metadata=None):
+        calls.append(path)
+        if len(calls) == 3:
+            path.write_bytes(b"\0" * 100)
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real_save(tensors, path, metadata=metadata)
+
+    monkeypatch.setattr(sharded_checkpoint, "save_file", save_until_the_disk_fills)
+    run = tmp_path / "run"
+    with pytest.raises(CheckpointError, match="checkpoint of step 12 .*No space left on device.*intact"):
+        train("sort", quiet=True, steps=12, run_dir=str(run), strategy="fsdp", **TINY)
+    assert list_checkpoints(run) == [4, 8]
+    assert not list((run / ckpt.CHECKPOINTS).glob(".tmp-*")), "the partial write is cleaned up"
+    _, model = load_run(run, checkpoint="latest")
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    monkeypatch.setattr(sharded_checkpoint, "save_file", real_save)
+    assert train(resume=run, quiet=True).step == 12

@@ -103,6 +103,19 @@ def test_rerunning_the_command_of_a_run_with_checkpoints_resumes_it_exactly(tmp_
     assert_same_weights(weights(full, 12), weights(cut, 12))
 
 
+def test_rerunning_a_run_made_before_newer_options_existed_resumes_it(tmp_path):
+    """Its config.json lacks options added since (here strategy, activation_checkpointing): they
+    count at their defaults, so the requeued command continues it instead of refusing it."""
+    run = train("sort", quiet=True, steps=4, eval_every=2, run_dir=str(tmp_path / "r"), **TINY).run_dir
+    config = json.loads((run / "config.json").read_text())
+    for key in ("strategy", "activation_checkpointing"):
+        del config["train"][key]
+    (run / "config.json").write_text(json.dumps(config))
+    shutil.rmtree(step_dir(run, 4))
+    assert train("sort", quiet=True, steps=4, eval_every=2, run_dir=str(run), **TINY).step == 4
+    assert list_checkpoints(run) == [2, 4]
+
+
 def test_rerunning_with_another_config_is_refused_naming_the_keys(tmp_path):
     run = train("sort", quiet=True, steps=2, run_dir=str(tmp_path / "r"), **TINY).run_dir
     with pytest.raises(ConfigError, match=r"^run directory \S+ already exists with another config: task\.d_model=16 "

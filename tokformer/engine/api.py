@@ -105,6 +105,9 @@ def _requeue(run_dir: Path, cfg: RunConfig) -> tuple[str, str]:
               "pass --resume to continue it, --overwrite to replace it, or another --run-dir")
     try:
         saved = load_config_file(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else None
+        if isinstance(saved, dict) and {"task", "train"} <= set(saved):
+            # resolved, so that options added to tokformer since the run was made count at their defaults
+            saved = json.loads(json.dumps(resolve_config(saved).to_dict()))
     except ConfigError:
         saved = None
     if not isinstance(saved, dict) or not {"task", "train"} <= set(saved):

@@ -11,6 +11,10 @@ directory is built under a temporary name, every file and the directory are fsyn
 then it is renamed into place: a crash leaves either the whole checkpoint or none, and a
 failed write (a full disk) removes its temporary directory and leaves earlier checkpoints
 as they were. A damaged file is reported as a :class:`CheckpointError` naming it.
+
+Under ``--strategy fsdp`` every process writes its own shard instead of ``model.safetensors``
+(:mod:`tokformer.engine.sharded_checkpoint`, built on the helpers here); :func:`load_model_state`
+reads either layout.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from tokformer.errors import CheckpointError, ConfigError
 
@@ -39,16 +44,18 @@ TOKENIZER_DIR = "tokenizer"  # where every task saves its tokenizer inside the r
 TOKENIZER_HASH = "tokenizer_sha256"  # state.json key: the tokenizer the weights were trained with
 
 
-def split_tensors(obj: Any, prefix: str = "") -> tuple[Any, dict[str, torch.Tensor]]:
+def split_tensors(obj: Any, prefix: str = "", *, copy: bool = True) -> tuple[Any, dict[str, torch.Tensor]]:
     """Replace every tensor in a nested dict/list structure by a reference; return both.
 
     Tuples become lists (JSON has none); :func:`join_tensors` is the inverse otherwise.
+    ``copy``: each tensor as a contiguous CPU copy, ready to save; False keeps the tensors
+    themselves (sharded ones, whose local pieces the caller saves).
     """
     tensors: dict[str, torch.Tensor] = {}
 
     def walk(value: Any, path: str) -> Any:
         if isinstance(value, torch.Tensor):
-            tensors[path] = value.detach().cpu().contiguous().clone()
+            tensors[path] = value.detach().cpu().contiguous().clone() if copy else value
             return {"__tensor__": path}
         if isinstance(value, dict):
             return {str(k): walk(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
@@ -69,7 +76,7 @@ def join_tensors(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
     return obj
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -77,7 +84,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_file(path: Path) -> None:
+def fsync_file(path: Path) -> None:
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
 
@@ -95,7 +102,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -109,33 +116,59 @@ def step_dir(run_dir: Path, step: int) -> Path:
 
 def save_checkpoint(run_dir: Path, step: int, model_state: dict[str, torch.Tensor], state: dict[str, Any]) -> Path:
     """Atomically write the checkpoint of ``step``; returns its directory."""
-    root = run_dir / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
-    final = step_dir(run_dir, step)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{final.name}-"))
+    tmp = temp_step_dir(run_dir, step)
     try:
         _write_files(tmp, model_state, state)
-    except (OSError, SafetensorError) as e:  # e.g. a full disk: earlier checkpoints were never touched
+    except WRITE_ERRORS as e:  # e.g. a full disk: earlier checkpoints were never touched
         shutil.rmtree(tmp, ignore_errors=True)
-        reason = getattr(e, "strerror", None) or e
-        raise CheckpointError(f"could not write the checkpoint of step {step} in {root}: {reason}; "
-                              "earlier checkpoints are intact") from e
+        raise write_failed(run_dir, step, e) from e
+    return publish(tmp, run_dir, step)
+
+
+# What a failed checkpoint write raises: the disk (full, read-only, quota) or safetensors on its behalf.
+WRITE_ERRORS = (OSError, SafetensorError)
+
+
+def temp_step_dir(run_dir: Path, step: int) -> Path:
+    """A new, empty directory in which the checkpoint of ``step`` is built: its temporary name makes
+    it invisible to :func:`list_checkpoints` until :func:`publish` renames it."""
+    root = run_dir / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{step_dir(run_dir, step).name}-"))
+
+
+def publish(tmp: Path, run_dir: Path, step: int) -> Path:
+    """Rename the finished ``tmp`` into place as the checkpoint of ``step`` and fsync the parent."""
+    final = step_dir(run_dir, step)
     if final.exists():  # re-saving a step (e.g. interrupted right after a save)
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(final.parent)
     return final
+
+
+def write_failed(run_dir: Path, step: int, error: BaseException | str) -> CheckpointError:
+    """The one-line error of a checkpoint write that failed (``error``: the exception or its reason)."""
+    reason = getattr(error, "strerror", None) or error
+    return CheckpointError(f"could not write the checkpoint of step {step} in {run_dir / CHECKPOINTS}: {reason}; "
+                           "earlier checkpoints are intact")
 
 
 def _write_files(directory: Path, model_state: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
     """The three files of a checkpoint, each fsynced, then the directory."""
-    json_state, tensors = split_tensors(state)
     save_model_state(model_state, directory)
+    save_training_state(state, directory)
+    fsync_file(directory / "model.safetensors")
+    fsync_dir(directory)
+
+
+def save_training_state(state: dict[str, Any], directory: Path) -> None:
+    """``directory/state.safetensors`` (the tensors of ``state``) and ``state.json`` (the rest), fsynced."""
+    json_state, tensors = split_tensors(state)
     save_file(tensors, directory / "state.safetensors")
     (directory / "state.json").write_text(json.dumps(json_state), encoding="utf-8")
-    for name in ("model.safetensors", "state.safetensors", "state.json"):
-        _fsync_file(directory / name)
-    _fsync_dir(directory)
+    for name in ("state.safetensors", "state.json"):
+        fsync_file(directory / name)
 
 
 def list_checkpoints(run_dir: Path) -> list[int]:
@@ -165,6 +198,9 @@ def prune(run_dir: Path, keep_last: int, keep: set[int]) -> None:
 def save_model_state(state: dict[str, torch.Tensor], directory: Path) -> None:
     """Write ``directory/model.safetensors``: shared tensors stored once (:func:`dedupe_shared`),
     on the CPU; :func:`load_model_state` reads it back. Used by checkpoints and model folders."""
+    if any(isinstance(v, DTensor) for v in state.values()):  # each process holds a slice: no whole file to write
+        raise ConfigError("the model's weights are sharded over processes (--strategy fsdp); export its run "
+                          "instead (tokformer export RUN_DIR, or save_pretrained of tokformer.engine.load_run's model)")
     unique, aliases = dedupe_shared(state)
     save_file(
         {k: v.detach().cpu().contiguous() for k, v in unique.items()},
@@ -197,7 +233,12 @@ def _damaged(file: Path, error: Exception) -> CheckpointError:
 
 
 def load_model_state(path: Path) -> dict[str, torch.Tensor]:
-    """A model state dict, shared tensors restored under every name they had."""
+    """A model state dict, shared tensors restored under every name they had; of a sharded
+    checkpoint (``--strategy fsdp``), the whole tensors reassembled from its shards."""
+    from tokformer.engine import sharded_checkpoint  # it builds on this module
+
+    if sharded_checkpoint.is_sharded(path):
+        return sharded_checkpoint.load_model_state(path)
     file = path / "model.safetensors"
     try:
         state = load_file(file)
@@ -223,6 +264,12 @@ def load_weights(model: nn.Module, path: Path, tokenizer_dirs: Sequence[str] = (
 def load_fitting(model: nn.Module, state: dict[str, torch.Tensor], source: str, built_from: str) -> None:
     """``model.load_state_dict(state)``, or a :class:`CheckpointError` saying which keys or shapes of
     ``source`` (e.g. "checkpoint RUN/...") do not fit the model built from ``built_from``."""
+    check_fits(model, state, source, built_from)
+    model.load_state_dict(state)
+
+
+def check_fits(model: nn.Module, state: dict[str, torch.Tensor], source: str, built_from: str) -> None:
+    """The check of :func:`load_fitting` alone, for models that load otherwise (sharded ones)."""
     expected = model.state_dict()
     missing = sorted(expected.keys() - state.keys())
     unexpected = sorted(state.keys() - expected.keys())
@@ -232,7 +279,6 @@ def load_fitting(model: nn.Module, state: dict[str, torch.Tensor], source: str, 
                 for what, keys in (("missing", missing), ("unexpected", unexpected), ("shape", reshaped)) if keys]
     if problems:
         raise CheckpointError(f"{source} does not fit the model built from {built_from} ({'; '.join(problems)})")
-    model.load_state_dict(state)
 
 
 def tokenizer_fingerprint(run_dir: Path, tokenizer_dirs: Sequence[str] = (TOKENIZER_DIR,)) -> str | None:

@@ -25,6 +25,7 @@ from tokformer.errors import ConfigError, DataError
 from tokformer.files import read_text
 
 Precision = Literal["fp32", "bf16"]
+Strategy = Literal["ddp", "fsdp"]
 
 
 def help_text(text: str) -> dict[str, str]:
@@ -50,6 +51,11 @@ class TrainConfig:
     grad_clip: float = field(default=1.0, metadata=help_text("max global gradient norm; 0 disables clipping"))
     precision: Precision = field(default="fp32", metadata=help_text("fp32, or bf16 autocast (CPU and CUDA)"))
     compile: bool = field(default=False, metadata=help_text("torch.compile the model"))
+    strategy: Strategy = field(default="ddp", metadata=help_text(
+        "with several processes: ddp (a whole model per process) or fsdp (weights, gradients and optimizer "
+        "state sharded per Transformer block; sharded checkpoints)"))
+    activation_checkpointing: bool = field(default=False, metadata=help_text(
+        "recompute each Transformer block's activations in backward: less memory, ~1/3 more compute, same losses"))
     device: str = field(default="auto", metadata=help_text("auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps"))
     seed: int = field(default=0, metadata=help_text("seed for weights, data order and every RNG"))
     deterministic: bool = field(

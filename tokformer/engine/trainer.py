@@ -1,7 +1,7 @@
 """The training loop: one loop for every task, one process or many.
 
 Per optimizer step: set the scheduled learning rate, run ``grad_accum`` micro-batches
-(forward under autocast, backward; DDP synchronises gradients on the last one only),
+(forward under autocast, backward; DDP or FSDP synchronise gradients on the last one only),
 agree across processes on the loss and on a stop request, stop on a non-finite loss,
 clip, step. Every ``eval_every`` steps: evaluate, checkpoint, keep the best, watch the
 held-out loss for overfitting and stop early when the best metric stops improving
@@ -28,12 +28,15 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
 from tokformer.engine import checkpoint as ckpt
+from tokformer.engine import fsdp
+from tokformer.engine import sharded_checkpoint as sharded
 from tokformer.engine.config import RunConfig
 from tokformer.engine.data import StepSampler, eval_batches, to_device
 from tokformer.engine.distributed import Dist, all_sum, gather
 from tokformer.engine.metrics import MeanMeter, MetricLog, plot_metrics
 from tokformer.engine.optim import build_optimizer, lr_at, set_lr
 from tokformer.engine.progress import LOGGER, progress
+from tokformer.engine.recompute import checkpoint_activations
 from tokformer.engine.report import Evaluation
 from tokformer.engine.rng import rng_state, seed_everything, set_rng_state
 from tokformer.engine.signals import stop_on_signals
@@ -114,6 +117,7 @@ class Trainer:
         self.micro_batch = self.tc.batch_size // per_step
         self.tokenizer_hash: str | None = None  # set by fit() once the tokenizer is in the run directory
         self.raw: nn.Module | None = None  # the model as built (set by fit()): what eval_batch gets
+        self.sharded = d.active and self.tc.strategy == "fsdp"  # FSDP shards the model (one process: nothing to)
 
     def fit(self) -> RunResult:
         task, tc, d = self.task, self.tc, self.d
@@ -134,9 +138,18 @@ class Trainer:
         seed_everything(tc.seed)  # weights depend on the seed only, not on data preparation
         raw = task.build_model().to(d.device)
         seed_everything(tc.seed + d.rank)  # per-rank streams: each rank draws its own dropout masks
+        if tc.activation_checkpointing:
+            blocks = checkpoint_activations(raw)
+            self._info("activation checkpointing: %d Transformer blocks recompute their activations in backward",
+                       blocks)
+        if self.sharded:
+            units = fsdp.shard_model(raw, d, tc.precision)
+            self._info("fsdp: %d units sharded over %d processes", units, d.world)
+        elif tc.strategy == "fsdp":
+            self._info("fsdp with one process: nothing to shard; checkpoints are sharded ones (one shard)")
         model: nn.Module = torch.compile(raw) if tc.compile else raw
         self.raw, eval_model = raw, model  # DDP's forward may talk to other ranks; evaluation must not
-        if d.active:
+        if d.active and not self.sharded:
             model = DistributedDataParallel(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
         optimizer = build_optimizer(raw, tc)
         step, best = 0, None
@@ -245,7 +258,8 @@ class Trainer:
         for i in range(self.tc.grad_accum):
             batch = to_device(next(batches), self.d.device)
             last = i == self.tc.grad_accum - 1
-            sync = contextlib.nullcontext() if last or not self.d.active else model.no_sync()
+            sync = (contextlib.nullcontext() if last or not self.d.active
+                    else fsdp.no_gradient_sync(self.raw) if self.sharded else model.no_sync())
             with sync:
                 with autocast(self.d.device, self.tc.precision):
                     out = self.task.step(model, batch)
@@ -256,14 +270,15 @@ class Trainer:
 
     def _clip(self, model: nn.Module) -> float:
         max_norm = self.tc.grad_clip if self.tc.grad_clip > 0 else math.inf
-        return float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+        return float(fsdp.full(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
 
     def _evaluate(self, model: nn.Module, eval_set: Dataset | None, logbook: MetricLog | None,
                   step: int) -> dict[str, float]:
         if eval_set is None:
             return {}
         batch = max(1, self.tc.batch_size // self.d.world)
-        metrics = evaluate_model(self.task, model, eval_set, self.d, batch, self.tc.precision, self.show, self.raw)
+        with fsdp.gathered(self.raw) if self.sharded else contextlib.nullcontext():
+            metrics = evaluate_model(self.task, model, eval_set, self.d, batch, self.tc.precision, self.show, self.raw)
         self._log(logbook, "eval", step, metrics)
         self._info("step %d eval: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
         return metrics
@@ -278,21 +293,24 @@ class Trainer:
 
     def _save(self, raw: nn.Module, optimizer: torch.optim.Optimizer, step: int,
               best: dict[str, Any] | None, metrics: dict[str, float], watch: Watch) -> None:
-        """Checkpoint ``step`` (rank 0) and prune old ones, keeping ``best``."""
+        """Checkpoint ``step`` and prune old ones, keeping ``best``: rank 0 writes it, or under
+        ``--strategy fsdp`` every rank writes its shard (:mod:`tokformer.engine.sharded_checkpoint`)."""
         rngs = gather(rng_state(), self.d)  # a collective: every rank's generators, for exact resume
+        state = {
+            "step": step,
+            "schedule": {"step": step, "lr": lr_at(max(step - 1, 0), self.tc)},
+            "data": self._data_position(step),
+            "rng": rngs,
+            "best": best,
+            "watch": watch.state(),
+            "metrics": metrics,
+            ckpt.TOKENIZER_HASH: self.tokenizer_hash,
+        }
+        if self.tc.strategy == "fsdp":
+            sharded.save_sharded_checkpoint(self.run_dir, step, raw, optimizer, state, self.d)
+        elif self.d.is_main:
+            ckpt.save_checkpoint(self.run_dir, step, raw.state_dict(), {**state, "optimizer": optimizer.state_dict()})
         if self.d.is_main:
-            state = {
-                "step": step,
-                "optimizer": optimizer.state_dict(),
-                "schedule": {"step": step, "lr": lr_at(max(step - 1, 0), self.tc)},
-                "data": self._data_position(step),
-                "rng": rngs,
-                "best": best,
-                "watch": watch.state(),
-                "metrics": metrics,
-                ckpt.TOKENIZER_HASH: self.tokenizer_hash,
-            }
-            ckpt.save_checkpoint(self.run_dir, step, raw.state_dict(), state)
             if best is not None:
                 ckpt.write_json_atomic(self.run_dir / "best.json", best)
             ckpt.prune(self.run_dir, self.tc.keep_last, {best["step"]} if best else set())
@@ -316,12 +334,7 @@ class Trainer:
             if logbook is not None:
                 logbook.truncate_after(0)
             return 0, None, watch
-        path, state = self._latest_readable(raw)
-        optim_state = state["optimizer"]
-        optim_state["state"] = {int(k): v for k, v in optim_state["state"].items()}  # JSON keys are strings
-        for group in optim_state["param_groups"]:
-            group.update({k: tuple(v) for k, v in group.items() if isinstance(v, list) and k != "params"})
-        optimizer.load_state_dict(optim_state)
+        path, state = self._latest_readable(raw, optimizer)
         rngs = state["rng"]
         if len(rngs) != self.d.world:
             self._info("checkpoint has RNG states of %d processes, this run has %d: not bitwise exact", len(rngs),
@@ -332,21 +345,40 @@ class Trainer:
         self._info("resumed from %s (step %d)", path, state["step"])
         return state["step"], state["best"], Watch.restore(watch.patience, state.get("watch"))
 
-    def _latest_readable(self, raw: nn.Module) -> tuple[Path, dict[str, Any]]:
-        """Load the newest checkpoint that reads cleanly into ``raw``; a damaged newer one (a
-        disk error, a hand-edited file) is reported and skipped, so resuming loses only its steps."""
+    def _latest_readable(self, raw: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Path, dict[str, Any]]:
+        """Load the newest checkpoint that reads cleanly into ``raw`` and ``optimizer``; a damaged or
+        incomplete newer one (a disk error, a hand-edited file, a lost shard) is reported and
+        skipped, so resuming loses only its steps. Every rank reads the same files, so all skip alike."""
         newest_first = [ckpt.step_dir(self.run_dir, s) for s in reversed(ckpt.list_checkpoints(self.run_dir))]
         for path in newest_first[:-1]:
             try:
-                return path, self._load_checkpoint(raw, path)
+                return path, self._load_checkpoint(raw, optimizer, path)
             except CheckpointError as e:
                 log.warning("%s; resuming from the checkpoint before it", e)
-        return newest_first[-1], self._load_checkpoint(raw, newest_first[-1])
+        return newest_first[-1], self._load_checkpoint(raw, optimizer, newest_first[-1])
 
-    def _load_checkpoint(self, model: nn.Module, path: Path) -> dict[str, Any]:
-        """Weights of checkpoint ``path`` into ``model``; returns its training state."""
-        ckpt.load_weights(model, path, self.task.tokenizer_dirs())
-        return ckpt.load_state(path)
+    def _load_checkpoint(self, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> dict[str, Any]:
+        """Weights and optimizer state of checkpoint ``path`` (sharded or not) into ``model`` and
+        ``optimizer`` (sharded or not: whole tensors are re-sliced to this run's processes);
+        returns its training state. Everything is read and checked before anything is loaded."""
+        ckpt.check_tokenizer(path, self.task.tokenizer_dirs())
+        weights = ckpt.load_model_state(path)
+        ckpt.check_fits(model, weights, f"checkpoint {path}", "the run's config and tokenizer")
+        state = ckpt.load_state(path)
+        if sharded.is_sharded(path):
+            state["optimizer"] = sharded.load_optimizer_state(path)
+        else:
+            optim_state = state["optimizer"]
+            optim_state["state"] = {int(k): v for k, v in optim_state["state"].items()}  # JSON keys are strings
+            for group in optim_state["param_groups"]:
+                group.update({k: tuple(v) for k, v in group.items() if isinstance(v, list) and k != "params"})
+            if not self.sharded:  # the unsharded checkpoint of an unsharded model: loaded as it was saved
+                model.load_state_dict(weights)
+                optimizer.load_state_dict(optim_state)
+                return state
+            state["optimizer"] = fsdp.optimizer_state_by_name(optim_state, model, optimizer)
+        fsdp.load_full_state(model, optimizer, weights, state["optimizer"])
+        return state
 
     def _nan_message(self, step: int, loss: float) -> str:
         saved = ckpt.list_checkpoints(self.run_dir)
