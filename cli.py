@@ -579,6 +579,50 @@ def tokenizer_decode(directory: str, ids: tuple[str, ...]) -> None:
     click.echo(decode_ids(directory, parse_ids(words)), nl=False)
 
 
+@main.group(context_settings=CONTEXT)
+def data() -> None:
+    """Prepare data ahead of training: tokenized once, streamed by every run."""
+
+
+@data.group("prepare", context_settings=CONTEXT)
+def data_prepare() -> None:
+    """Tokenize a corpus into the files a task trains on."""
+
+
+@data_prepare.command("lm", context_settings=CONTEXT)
+@click.option("--data", "source", required=True, metavar="DATA",
+              help="Text to tokenize: comma-separated files, folders (recursive) and globs, one document per file; "
+                   "or stdlib.")
+@click.option("--out", required=True, metavar="DIR", help="The shards directory to write (new, empty, or older "
+              "shards with --overwrite); train on it with `tokformer train lm --data DIR`.")
+@click.option("--tokenizer", metavar="DIR", default=None,
+              help="A saved BPE tokenizer with <|endoftext|> to reuse [default: train one on the data, as lm does].")
+@click.option("--vocab-size", type=POSITIVE, default=None,
+              help="BPE vocabulary when training the tokenizer [default: the lm task's vocab_size].")
+@click.option("--tokenizer-chars", type=POSITIVE, default=None,
+              help="Characters of the corpus the BPE trains on [default: the lm task's tokenizer_chars].")
+@click.option("--data-seed", type=int, default=None,
+              help="Seed of the document order [default: the lm task's data_seed].")
+@click.option("--shard-tokens", type=POSITIVE, default=None, help="Tokens per shard file [default: 100000000].")
+@click.option("--workers", type=POSITIVE, default=None, help="Tokenizing processes [default: every core].")
+@click.option("--overwrite", is_flag=True, help="Replace the shards already in --out.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or info lines.")
+def data_prepare_lm(source: str, out: str, tokenizer: str | None, vocab_size: int | None,
+                    tokenizer_chars: int | None, data_seed: int | None, shard_tokens: int | None,
+                    workers: int | None, overwrite: bool, quiet: bool) -> None:
+    """Tokenize text once, on every core, into fixed-size memory-mapped shards with an index, for
+    corpora bigger than memory (docs/lm.md, "Corpora bigger than memory")."""
+    from tokformer.engine.progress import configure_logging
+    from tokformer.tasks.lm_shards import prepare_lm
+
+    configure_logging(quiet)
+    given = {"tokenizer": tokenizer, "vocab_size": vocab_size, "tokenizer_chars": tokenizer_chars,
+             "data_seed": data_seed, "shard_tokens": shard_tokens, "workers": workers}
+    index = prepare_lm(source, out, overwrite=overwrite, show_progress=not quiet,
+                       **{k: v for k, v in given.items() if v is not None})
+    click.echo(f"wrote {index.tokens} tokens of {index.documents} documents in {len(index.shards)} shard(s) to {out}")
+
+
 def _seed_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None

@@ -41,15 +41,15 @@ from tokformer.engine.distributed import Dist, barrier, local
 from tokformer.engine.pretrained import folder_kind, load_model, read_json, saved_task_name
 from tokformer.engine.progress import LOGGER
 from tokformer.engine.trainer import evaluate_model
-from tokformer.errors import ConfigError, DataError, UsageError
+from tokformer.errors import ConfigError, UsageError
 from tokformer.generation import generate, left_pad
 from tokformer.language_model import CausalLM
 from tokformer.sampling import SamplingConfig
-from tokformer.tasks import lm_data
+from tokformer.tasks import lm_data, lm_shards
+from tokformer.tasks.lm_data import EOT
 from tokformer.tokenizers.bpe import BPETokenizer
 from tokformer.weights import init_weights
 
-EOT = "<|endoftext|>"
 UNIGRAM = "unigram model of the training split (add-one smoothed token frequencies)"
 CORPUS_DIR = "corpus"
 # The shape an init_from model gave a run: the run rebuilds its model from this, never from the
@@ -61,19 +61,22 @@ NOT_SHAPE = frozenset({"data", "stdlib_bytes", "tokenizer", "vocab_size", "token
 log = logging.getLogger(LOGGER)
 
 
-
 @dataclass
 class LMConfig(BlockOptions):
     data: str = field(default="stdlib",
-        metadata=help_text("stdlib (built in), or comma-separated files, folders, globs"))
-    stdlib_bytes: int = field(default=3_000_000, metadata=help_text("size of the built-in stdlib corpus in bytes"))
+        metadata=help_text("stdlib (built in), comma-separated files, folders, globs, or a shards dir "
+                           "(tokformer data prepare lm)"))
+    stdlib_bytes: int = field(default=lm_data.STDLIB_BYTES,
+                              metadata=help_text("size of the built-in stdlib corpus in bytes"))
     tokenizer: str = field(default="", metadata=help_text("saved BPE tokenizer dir to use (default: train one)"))
     init_from: str = field(default="", metadata=help_text(
         "fine-tune from a model folder, lm run or Hugging Face folder: its tokenizer and shape replace ours"))
-    vocab_size: int = field(default=1024, metadata=help_text("BPE vocabulary size when training the tokenizer"))
-    tokenizer_chars: int = field(default=2_000_000, metadata=help_text("characters of the corpus the BPE trains on"))
+    vocab_size: int = field(default=lm_data.VOCAB_SIZE,
+                            metadata=help_text("BPE vocabulary size when training the tokenizer"))
+    tokenizer_chars: int = field(default=lm_data.TOKENIZER_CHARS,
+                                 metadata=help_text("characters of the corpus the BPE trains on"))
     val_fraction: float = field(default=0.05, metadata=help_text("held-out share of the tokens (whole documents)"))
-    data_seed: int = field(default=1234, metadata=help_text("seed of the document order"))
+    data_seed: int = field(default=lm_data.DATA_SEED, metadata=help_text("seed of the document order"))
     context_len: int = field(default=64, metadata=help_text("tokens the model sees (training window, max length)"))
     d_model: int = field(default=128, metadata=help_text("token width"))
     n_heads: int = field(default=4, metadata=help_text("attention heads (must divide d_model)"))
@@ -146,7 +149,7 @@ class LMTask(Task):
     def __init__(self, config: LMConfig) -> None:
         super().__init__(config)
         self.tokenizer: BPETokenizer | None = None
-        self.corpus: lm_data.TokenCorpus | None = None
+        self.corpus: lm_data.TokenCorpus | lm_shards.ShardedCorpus | None = None
         self._init_record: dict | None = None  # what INIT_FILE holds
         self._init_state: dict[str, Tensor] | None = None  # init_from weights, until build_model
 
@@ -155,9 +158,14 @@ class LMTask(Task):
     def setup(self, run_dir: Path, dist: Dist) -> None:
         """Tokenizer and packed corpus, made once: rank 0 trains the BPE (unless one was given or
         loaded) and packs the corpus into ``run_dir``, the other processes wait and load both.
-        A run directory that already holds them (a resume, ``tokformer evaluate``) is reused."""
+        A run directory that already holds them (a resume, ``tokformer evaluate``) is reused.
+        A ``data`` that is a shards directory is read where it is (:meth:`_setup_shards`)."""
         if self.config.init_from and self._init_record is None:  # every process: its weights are needed
             self._read_init_from()
+        shards = lm_shards.find_shards(self.config.data)
+        if shards is not None:
+            self._setup_shards(run_dir, dist, shards)
+            return
         corpus_dir = run_dir / CORPUS_DIR
         if dist.is_main and not (corpus_dir / lm_data.META_FILE).is_file():
             self._pack(run_dir, corpus_dir)
@@ -165,6 +173,25 @@ class LMTask(Task):
         if self.tokenizer is None:
             self.tokenizer = BPETokenizer.load(run_dir / TOKENIZER_DIR)
         self.corpus = lm_data.TokenCorpus(corpus_dir)
+
+    def _setup_shards(self, run_dir: Path, dist: Dist, shards: Path) -> None:
+        """Stream a corpus prepared by ``tokformer data prepare lm``: nothing is copied or encoded.
+        A new run takes the shards' tokenizer (or ``tokenizer``, if it is the same one) into
+        ``run_dir``; a resumed run checks that its tokenizer is still the shards' one."""
+        corpus = lm_shards.ShardedCorpus(shards, self.config.val_fraction)
+        if self.tokenizer is None:  # a new run (resume and init_from brought one)
+            if dist.is_main:
+                if self.config.tokenizer:  # allowed when it is the shards' own
+                    given = lm_data.load_tokenizer(self.config.tokenizer)
+                    corpus.check_tokenizer(given, f"tokenizer {self.config.tokenizer}")
+                corpus.tokenizer().save(run_dir / TOKENIZER_DIR)
+            barrier(dist)
+            self.tokenizer = BPETokenizer.load(run_dir / TOKENIZER_DIR)
+        source = f"init_from {self.config.init_from}" if self.config.init_from else f"the tokenizer of {run_dir}"
+        corpus.check_tokenizer(self.tokenizer, source)
+        log.info("corpus: %d shards, %d tokens (%d held out)", len(corpus.index.shards), corpus.index.tokens,
+                 corpus.index.tokens - corpus.eval_start)
+        self.corpus = corpus
 
     def _pack(self, run_dir: Path, corpus_dir: Path) -> None:
         """Encode the corpus into ``corpus_dir``, training (and saving) the tokenizer first if needed."""
@@ -181,7 +208,7 @@ class LMTask(Task):
         log.info("corpus: %d documents, %d tokens (%d held out)", meta.documents, meta.tokens,
                  meta.tokens - meta.eval_start)
 
-    def _prepared(self) -> lm_data.TokenCorpus:
+    def _prepared(self) -> lm_data.TokenCorpus | lm_shards.ShardedCorpus:
         if self.corpus is None:
             raise ConfigError("the lm task's data is made by setup(run_dir, dist): call it before asking for datasets")
         return self.corpus
@@ -189,20 +216,8 @@ class LMTask(Task):
     def _make_tokenizer(self, paths: list[Path]) -> BPETokenizer:
         c = self.config
         if c.tokenizer:
-            tokenizer = BPETokenizer.load(c.tokenizer)
-            if EOT not in tokenizer.special_tokens:
-                raise ConfigError(f"tokenizer {c.tokenizer} has no {EOT} special token to separate documents")
-            return tokenizer
-        texts, budget = [], c.tokenizer_chars  # the first documents, up to the character budget
-        for text in lm_data.iter_documents(paths):
-            texts.append(text[:budget])
-            budget -= len(texts[-1])
-            if budget <= 0:
-                break
-        if not texts:
-            raise DataError(f"the corpus '{c.data}' holds no usable text (empty, whitespace-only or binary files)")
-        log.info("training a %d-token BPE on %d characters", c.vocab_size, sum(map(len, texts)))
-        return BPETokenizer.train(texts, c.vocab_size, special_tokens=[EOT], max_length=c.context_len)
+            return lm_data.load_tokenizer(c.tokenizer)
+        return lm_data.train_tokenizer(paths, c.vocab_size, c.tokenizer_chars, c.data, max_length=c.context_len)
 
     def train_dataset(self) -> lm_data.WindowDataset:
         return lm_data.WindowDataset(self._prepared(), "train", self.config.context_len)
@@ -219,7 +234,14 @@ class LMTask(Task):
 
     def eval_data(self, data: str, workdir: Path, dist: Dist) -> lm_data.WindowDataset:
         """Every token of ``data`` (files, folders, globs as the ``data`` option takes them), encoded
-        with the run's tokenizer and packed into ``workdir`` by rank 0."""
+        with the run's tokenizer and packed into ``workdir`` by rank 0; or a shards directory made
+        with the run's tokenizer, read where it is."""
+        shards = lm_shards.find_shards(data)
+        if shards is not None:
+            corpus = lm_shards.ShardedCorpus(shards, self.config.val_fraction)
+            assert self.tokenizer is not None, "setup loads the tokenizer"
+            corpus.check_tokenizer(self.tokenizer, "the run's tokenizer")
+            return lm_data.WindowDataset(corpus, "all", self.config.context_len)
         if dist.is_main:
             assert self.tokenizer is not None, "setup loads the tokenizer"
             paths = lm_data.resolve_sources(data, self.config.stdlib_bytes)

@@ -1,4 +1,5 @@
-"""Text corpora for the ``lm`` task: find the files, pack the documents, keep the ids on disk.
+"""Text corpora for the ``lm`` task: find the files, train or load the BPE, pack the documents,
+keep the ids on disk.
 
 A corpus is a list of documents (one per file). Each is encoded and followed by an
 end-of-text id, and the packed stream is appended to a flat binary file of uint16 ids
@@ -23,7 +24,7 @@ import sysconfig
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -31,10 +32,17 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from tokformer.engine.progress import LOGGER
-from tokformer.errors import DataError
+from tokformer.errors import ConfigError, DataError
 from tokformer.files import read_bytes
+from tokformer.tokenizers.bpe import BPETokenizer
 
 STDLIB = "stdlib"
+EOT = "<|endoftext|>"  # follows every document; generation starts after it and stops at it
+# Defaults shared by the lm task's options and `tokformer data prepare lm`: one corpus, one tokenizer.
+STDLIB_BYTES = 3_000_000
+VOCAB_SIZE = 1024
+TOKENIZER_CHARS = 2_000_000
+DATA_SEED = 1234
 # Test suites are huge and repetitive; the rest are demos or vendored code, not "the stdlib".
 STDLIB_SKIP = {"test", "tests", "site-packages", "__pycache__", "idlelib", "lib2to3", "turtledemo", "ensurepip"}
 STDLIB_STRIDE = 3  # every third file of the sorted list: many modules, not just a-c
@@ -105,9 +113,40 @@ def iter_documents(paths: Iterable[Path]) -> Iterator[str]:
         else:
             used += 1
             yield text
-    if skipped and used:  # none used: the caller's error about the whole corpus says it
+    warn_skipped(skipped, used)
+
+
+def warn_skipped(skipped: list[Path], used: int) -> None:
+    """One warning line counting the files :func:`read_document` refused, when some were used
+    (none used: the caller's error about the whole corpus says it)."""
+    if skipped and used:
         log.warning("skipped %d file(s) that are binary, not UTF-8 or whitespace only, e.g. %s",
                     len(skipped), skipped[0])
+
+
+def load_tokenizer(directory: str | Path) -> BPETokenizer:
+    """A saved BPE tokenizer that can separate documents (it has the :data:`EOT` special token)."""
+    tokenizer = BPETokenizer.load(directory)
+    if EOT not in tokenizer.special_tokens:
+        raise ConfigError(f"tokenizer {directory} has no {EOT} special token to separate documents")
+    return tokenizer
+
+
+def train_tokenizer(paths: Iterable[Path], vocab_size: int, chars: int, source: str,
+                    max_length: int = 1024) -> BPETokenizer:
+    """A BPE of ``vocab_size`` tokens (:data:`EOT` included) trained on the first documents of
+    ``paths``, up to ``chars`` characters: a sample is enough to learn the frequent merges, and
+    the whole corpus may not fit in memory. ``source`` names the corpus in the error."""
+    texts, budget = [], chars
+    for text in iter_documents(paths):
+        texts.append(text[:budget])
+        budget -= len(texts[-1])
+        if budget <= 0:
+            break
+    if not texts:
+        raise DataError(f"the corpus '{source}' holds no usable text (empty, whitespace-only or binary files)")
+    log.info("training a %d-token BPE on %d characters", vocab_size, sum(map(len, texts)))
+    return BPETokenizer.train(texts, vocab_size, special_tokens=[EOT], max_length=max_length)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -172,6 +211,18 @@ def pack_corpus(
     return meta
 
 
+class Corpus(Protocol):
+    """What windows and the unigram baseline read: ids sliced by position, and the splits.
+    :class:`TokenCorpus` (one file) and :class:`~.lm_shards.ShardedCorpus` (shards) are both."""
+
+    @property
+    def ids(self) -> Any:  # [tokens]; ids[lo:hi] is a numpy array
+        ...
+
+    def split(self, name: str) -> tuple[int, int]:
+        ...
+
+
 class TokenCorpus:
     """The packed ids of a corpus directory, memory-mapped read-only on first use.
 
@@ -213,7 +264,7 @@ class WindowDataset(Dataset):
     training gets them in the engine's shuffled order).
     """
 
-    def __init__(self, corpus: TokenCorpus, split: str, context_len: int) -> None:
+    def __init__(self, corpus: Corpus, split: str, context_len: int) -> None:
         self.corpus, self.context_len = corpus, context_len
         self.start, stop = corpus.split(split)
         self.length = max(0, (stop - self.start - 1) // context_len)
@@ -236,8 +287,8 @@ class WindowDataset(Dataset):
         return torch.from_numpy(self.corpus.ids[lo : lo + self.context_len + 1].astype(np.int64))
 
 
-def unigram_perplexity(corpus: TokenCorpus, vocab_size: int, targets: tuple[int, int], chunk: int = 1 << 22,
-                       scored: TokenCorpus | None = None) -> float:
+def unigram_perplexity(corpus: Corpus, vocab_size: int, targets: tuple[int, int], chunk: int = 1 << 22,
+                       scored: Corpus | None = None) -> float:
     """Perplexity on the ids ``targets`` (start, stop) of ``scored`` (default: ``corpus``) of the
     add-one-smoothed unigram model of ``corpus``'s train split: the baseline a language model
     must beat by using context at all. Counts are accumulated chunk by chunk, so memory stays

@@ -1,0 +1,430 @@
+"""Corpora bigger than memory: token ids in fixed-size memory-mapped shards, tokenized once.
+
+``tokformer data prepare lm`` (:func:`prepare_lm`) encodes a text corpus on every core into a
+directory that any number of runs then stream from, without re-encoding and without holding it
+in memory::
+
+    SHARDS/
+      shards.json        the index: format, dtype, vocabulary, end-of-text id, per-shard token counts
+      shard-00000.bin    raw little-endian uint16 ids (uint32 past 65536 tokens), shard_tokens of them
+      shard-00001.bin    ... the last shard holds the remainder
+      tokenizer/         the BPE the ids are of; the index records its fingerprint
+
+The stream is the lm task's packed corpus cut into files: documents (one per source file, in
+``data_seed`` order) each followed by the end-of-text id, so a shard boundary falls anywhere,
+mid-document included. :func:`write_shards` writes any iterable of token-id sequences in this
+format (the path for Hugging Face ``datasets`` users, docs/lm.md), and :class:`ShardedCorpus`
+reads it back as one flat, memory-mapped id space for :class:`~.lm_data.WindowDataset`.
+
+Everything is written into a hidden sibling directory and renamed into place once complete
+(index last, everything fsynced), so a crash leaves the old output or the new one, never a
+corpus with missing shards. Nothing is pickled to disk: the index is JSON, the shards raw ids.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import multiprocessing
+import os
+import random
+import shutil
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from tokformer.engine.checkpoint import TOKENIZER_DIR, fsync_dir, tokenizer_fingerprint, write_json_atomic
+from tokformer.engine.progress import LOGGER, progress
+from tokformer.errors import ConfigError, DataError
+from tokformer.files import read_json
+from tokformer.tasks import lm_data
+from tokformer.tokenizers.bpe import BPETokenizer
+
+INDEX_FILE = "shards.json"
+FORMAT = "tokformer-lm-shards"
+VERSION = 1
+SHARD_TOKENS = 100_000_000  # 200 MB of uint16 per shard: few files, each small enough to copy
+MAX_OPEN = 64  # memory maps kept open at once: each holds a file descriptor
+SCAN_CHUNK = 1 << 20  # ids read at a time when looking for a document start
+log = logging.getLogger(LOGGER)
+
+
+@dataclass
+class Shard:
+    """One shard file of the index: its name (relative to the shards directory) and its ids."""
+
+    file: str
+    tokens: int
+
+
+@dataclass
+class ShardIndex:
+    """What ``shards.json`` records.
+
+    Attributes:
+        format, version: :data:`FORMAT` and :data:`VERSION`, so another file or a future layout is refused.
+        dtype: numpy dtype name of the ids (``uint16`` or ``uint32``, little-endian).
+        vocab_size: the tokenizer's vocabulary; every id is below it.
+        eot_id: the end-of-text id that follows every document.
+        shard_tokens: ids per shard (the last shard holds the remainder).
+        tokens: ids in all shards.
+        documents: documents written.
+        tokenizer_sha256: fingerprint of ``tokenizer/`` (:func:`~tokformer.engine.checkpoint.tokenizer_fingerprint`).
+        shards: the shard files in stream order.
+    """
+
+    format: str
+    version: int
+    dtype: str
+    vocab_size: int
+    eot_id: int
+    shard_tokens: int
+    tokens: int
+    documents: int
+    tokenizer_sha256: str
+    shards: list[Shard]
+
+
+def find_shards(spec: str) -> Path | None:
+    """The shards directory ``spec`` names (a directory holding ``shards.json``), or None for
+    anything else (``stdlib``, text files, folders and globs)."""
+    path = Path(spec.strip()).expanduser()
+    return path if (path / INDEX_FILE).is_file() else None
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+class ShardWriter:
+    """Appends ids to fixed-size shard files in a staging directory, then publishes it.
+
+    ``add`` may be called with arrays of any length: they are cut at shard boundaries, so the
+    files depend only on the id stream, never on how it was chunked (or on how many processes
+    encoded it). ``publish`` writes the tokenizer and the index and renames the staging
+    directory to ``out``.
+    """
+
+    def __init__(self, out: Path, tokenizer: BPETokenizer, shard_tokens: int, overwrite: bool) -> None:
+        if shard_tokens <= 0:
+            raise ConfigError(f"shard_tokens must be positive, got {shard_tokens}")
+        self.out, self.tokenizer, self.shard_tokens = out, tokenizer, shard_tokens
+        _check_out(out, overwrite)
+        self.dtype = lm_data.token_dtype(tokenizer.vocab_size).newbyteorder("<")
+        self.stage = out.parent / f".{out.name}.partial"
+        shutil.rmtree(self.stage, ignore_errors=True)  # a crashed run's leftovers: ours by name
+        self.stage.mkdir(parents=True)
+        self.shards: list[Shard] = []
+        self.documents = 0
+        self._file: BinaryIO | None = None
+
+    def add_document(self, ids: Sequence[int] | np.ndarray) -> None:
+        """Append one document's ids and the end-of-text id; an empty document is dropped."""
+        array = np.asarray(ids)
+        if array.size == 0:
+            return
+        if array.ndim != 1 or array.dtype.kind not in "iu":
+            raise DataError(f"document {self.documents} is not a flat sequence of integer ids "
+                            f"(shape {array.shape}, dtype {array.dtype})")
+        low, high = int(array.min()), int(array.max())
+        if low < 0 or high >= self.tokenizer.vocab_size:
+            raise DataError(f"document {self.documents} holds id {low if low < 0 else high}, outside the "
+                            f"tokenizer's vocabulary of {self.tokenizer.vocab_size}: encode it with that tokenizer")
+        self._write(array.astype(self.dtype))
+        self._write(np.array([self.tokenizer.token_to_id(lm_data.EOT)], dtype=self.dtype))
+        self.documents += 1
+
+    def _write(self, ids: np.ndarray) -> None:  # [n]
+        while len(ids):
+            if self._file is None:
+                self.shards.append(Shard(f"shard-{len(self.shards):05d}.bin", 0))
+                self._file = (self.stage / self.shards[-1].file).open("wb")
+            shard = self.shards[-1]
+            take = min(len(ids), self.shard_tokens - shard.tokens)
+            ids[:take].tofile(self._file)
+            shard.tokens += take
+            ids = ids[take:]
+            if shard.tokens == self.shard_tokens:
+                self._close_shard()
+
+    def _close_shard(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+
+    def publish(self) -> ShardIndex:
+        """Close the last shard, write the tokenizer and the index (last), and move the staging
+        directory to ``out`` (replacing an older shards directory there)."""
+        self._close_shard()
+        tokens = sum(s.tokens for s in self.shards)
+        if tokens == 0:
+            self.discard()
+            raise DataError("the corpus holds no usable text (empty, whitespace-only or binary files)")
+        self.tokenizer.save(self.stage / TOKENIZER_DIR)
+        index = ShardIndex(format=FORMAT, version=VERSION, dtype=self.dtype.name, vocab_size=self.tokenizer.vocab_size,
+                           eot_id=self.tokenizer.token_to_id(lm_data.EOT), shard_tokens=self.shard_tokens,
+                           tokens=tokens, documents=self.documents,
+                           tokenizer_sha256=tokenizer_fingerprint(self.stage) or "", shards=self.shards)
+        write_json_atomic(self.stage / INDEX_FILE, asdict(index))  # fsyncs the staging directory too
+        if self.out.exists():  # checked replaceable in __init__: an empty directory or older shards
+            old = self.out.parent / f".{self.out.name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            self.out.rename(old)
+            self.stage.rename(self.out)
+            shutil.rmtree(old)
+        else:
+            self.stage.rename(self.out)
+        fsync_dir(self.out.parent)
+        return index
+
+    def discard(self) -> None:
+        """Drop the staging directory (an error stopped the writing)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        shutil.rmtree(self.stage, ignore_errors=True)
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an ``out`` that holds anything but an older shards directory (or nothing): what
+    ``overwrite`` replaces must be ours to delete."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DataError(f"{out} is a file, not a shards directory")
+    if not any(out.iterdir()):
+        return
+    if not (out / INDEX_FILE).is_file():
+        raise DataError(f"{out} is a non-empty directory that holds no shards; write the shards elsewhere")
+    if not overwrite:
+        raise DataError(f"{out} already holds shards; pass --overwrite to replace them, or write elsewhere")
+
+
+def write_shards(documents: Iterable[Sequence[int] | np.ndarray], out: str | os.PathLike, tokenizer: BPETokenizer,
+                 *, shard_tokens: int = SHARD_TOKENS, overwrite: bool = False,
+                 show_progress: bool = False) -> ShardIndex:
+    """Write documents of token ids (lists or 1-d integer arrays, each encoded with ``tokenizer``)
+    as a shards directory ``out`` that ``tokformer train lm --data OUT`` streams from.
+
+    Each document is followed by the end-of-text id, as the lm task packs text. ``documents`` is
+    consumed once, one document at a time, so it may be a generator over a dataset bigger than
+    memory, e.g. ``(tokenizer.encode(row["text"]) for row in hf_dataset)``. ``tokenizer`` needs the
+    ``<|endoftext|>`` special token; it is saved into ``out``. Returns the index written.
+    """
+    if lm_data.EOT not in tokenizer.special_tokens:
+        raise ConfigError(f"the tokenizer has no {lm_data.EOT} special token to separate documents")
+    writer = ShardWriter(Path(out), tokenizer, shard_tokens, overwrite)
+    try:
+        with progress(show_progress, unit="tok", unit_scale=True, desc="writing shards") as bar:
+            for ids in documents:
+                writer.add_document(ids)
+                bar.update(len(ids))
+    except BaseException:
+        writer.discard()
+        raise
+    return writer.publish()
+
+
+# -- tokenizing text on every core ----------------------------------------------------------
+
+_WORKER: BPETokenizer | None = None
+
+
+def _init_worker(tokenizer: BPETokenizer) -> None:
+    global _WORKER
+    _WORKER = tokenizer
+
+
+def _encode_file(path: Path) -> np.ndarray | None:  # [document tokens] int32, or None: skipped
+    """One file's ids, in a worker process (the file is read there, so text never crosses a pipe)."""
+    assert _WORKER is not None, "_init_worker sets the tokenizer"
+    text = lm_data.read_document(path)
+    return None if text is None else np.asarray(_WORKER.encode(text), dtype=np.int32)
+
+
+def _encoded(paths: list[Path], tokenizer: BPETokenizer, workers: int) -> Iterator[np.ndarray | None]:
+    """Each file's ids (None: skipped) in ``paths`` order, whatever the number of ``workers``:
+    the output depends on the files, never on which process encoded which."""
+    if workers == 1:
+        _init_worker(tokenizer)
+        yield from map(_encode_file, paths)
+        return
+    # fork shares the trained tokenizer without pickling it; elsewhere it is pickled to each worker once.
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer,)) as pool:
+        yield from pool.imap(_encode_file, paths, chunksize=1)
+
+
+def default_workers() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def prepare_lm(data: str, out: str | os.PathLike, *, tokenizer: str | os.PathLike | None = None,
+               vocab_size: int = lm_data.VOCAB_SIZE, tokenizer_chars: int = lm_data.TOKENIZER_CHARS,
+               data_seed: int = lm_data.DATA_SEED, stdlib_bytes: int = lm_data.STDLIB_BYTES,
+               shard_tokens: int = SHARD_TOKENS, workers: int | None = None, overwrite: bool = False,
+               show_progress: bool = True) -> ShardIndex:
+    """Tokenize the text corpus ``data`` once into the shards directory ``out``: the library form of
+    ``tokformer data prepare lm``.
+
+    ``data`` is what the lm task's ``data`` option takes (``stdlib``, comma-separated files,
+    folders, globs; one document per file). Files are ordered by ``data_seed`` as the task orders
+    them, and the BPE is the task's: ``tokenizer`` (a saved directory) or one of ``vocab_size``
+    trained on the first ``tokenizer_chars`` characters. So the shards hold exactly the ids that
+    ``tokformer train lm --data DATA`` would pack. Files are encoded on ``workers`` processes
+    (default: every core); the shards are byte-identical for any number of workers.
+    """
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1, got {workers}")
+    _check_out(Path(out), overwrite)  # before the costly part, not after it
+    paths = lm_data.resolve_sources(data, stdlib_bytes)
+    random.Random(data_seed).shuffle(paths)
+    bpe = (lm_data.load_tokenizer(tokenizer) if tokenizer is not None
+           else lm_data.train_tokenizer(paths, vocab_size, tokenizer_chars, data))
+    writer = ShardWriter(Path(out), bpe, shard_tokens, overwrite)
+    skipped: list[Path] = []
+    log.info("encoding %d files on %d process(es)", len(paths), workers)
+    try:
+        with progress(show_progress, total=sum(p.stat().st_size for p in paths), unit="B", unit_scale=True,
+                      desc="tokenizing") as bar:
+            for path, ids in zip(paths, _encoded(paths, bpe, workers), strict=True):
+                if ids is None:
+                    skipped.append(path)
+                else:
+                    writer.add_document(ids)
+                bar.update(path.stat().st_size)
+    except BaseException:
+        writer.discard()
+        raise
+    lm_data.warn_skipped(skipped, writer.documents)
+    return writer.publish()
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def read_index(directory: Path) -> ShardIndex:
+    """The index of a shards directory, checked against the files beside it: a missing or
+    truncated shard, a foreign or newer format, or an edited tokenizer is a DataError."""
+    document = read_json(directory / INDEX_FILE)
+
+    def corrupt(why: str) -> DataError:
+        return DataError(f"{directory / INDEX_FILE} is not a usable shard index ({why}); "
+                         "prepare the shards again (tokformer data prepare lm)")
+
+    try:
+        index = ShardIndex(**{**document, "shards": [Shard(**s) for s in document["shards"]]})
+    except (TypeError, KeyError) as err:
+        raise corrupt(f"unexpected fields: {err}") from None
+    counts = [index.version, index.vocab_size, index.eot_id, index.shard_tokens, index.tokens, index.documents,
+              *(s.tokens for s in index.shards)]
+    if not all(type(n) is int and n >= 0 for n in counts) or not all(isinstance(s.file, str) for s in index.shards):
+        raise corrupt("a count that is not a non-negative integer, or a file name that is not a string")
+    if index.format != FORMAT:
+        raise corrupt(f"format {index.format!r}, not {FORMAT!r}")
+    if index.version != VERSION:
+        raise corrupt(f"version {index.version}; this tokformer reads version {VERSION}")
+    if index.dtype not in ("uint16", "uint32"):
+        raise corrupt(f"dtype {index.dtype!r}")
+    if not index.shards or sum(s.tokens for s in index.shards) != index.tokens:
+        raise corrupt(f"its shards do not add up to its {index.tokens} tokens")
+    itemsize = np.dtype(index.dtype).itemsize
+    for shard in index.shards:
+        file = directory / shard.file
+        size = file.stat().st_size if file.is_file() else None
+        if Path(shard.file).name != shard.file or size != shard.tokens * itemsize:
+            found = "missing" if size is None else f"{size} bytes"
+            raise corrupt(f"{shard.file} should hold {shard.tokens * itemsize} bytes, found {found}")
+    if tokenizer_fingerprint(directory) != index.tokenizer_sha256:
+        raise corrupt(f"{directory / TOKENIZER_DIR} is not the tokenizer the ids were made with")
+    return index
+
+
+class ShardedIds:
+    """The shards as one flat id array, sliced without loading it: ``ids[lo:hi]`` reads only the
+    shards it touches (memory maps, at most :data:`MAX_OPEN` open) and joins the pieces."""
+
+    def __init__(self, directory: Path, index: ShardIndex) -> None:
+        self.directory, self.index = directory, index
+        self.offsets = np.cumsum([0] + [s.tokens for s in index.shards]).tolist()  # [shards + 1]
+        self._maps: OrderedDict[int, np.memmap] = OrderedDict()
+
+    def __len__(self) -> int:
+        return self.index.tokens
+
+    def _map(self, k: int) -> np.memmap:  # [tokens of shard k]
+        if k in self._maps:
+            self._maps.move_to_end(k)
+        else:
+            shard = self.index.shards[k]
+            self._maps[k] = np.memmap(self.directory / shard.file, dtype=np.dtype(self.index.dtype).newbyteorder("<"),
+                                      mode="r", shape=(shard.tokens,))
+            if len(self._maps) > MAX_OPEN:
+                self._maps.popitem(last=False)
+        return self._maps[k]
+
+    def __getitem__(self, key: slice) -> np.ndarray:  # [hi - lo]
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("sharded ids are read in contiguous slices only")
+        lo, hi, _ = key.indices(len(self))
+        parts = []
+        k = bisect.bisect_right(self.offsets, lo) - 1
+        while lo < hi:
+            start, stop = self.offsets[k], self.offsets[k + 1]
+            parts.append(self._map(k)[lo - start : min(hi, stop) - start])
+            lo, k = min(hi, stop), k + 1
+        if not parts:
+            return np.empty(0, dtype=self.index.dtype)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def __getstate__(self) -> dict[str, Any]:  # DataLoader workers map the files themselves
+        return {**self.__dict__, "_maps": OrderedDict()}
+
+
+class ShardedCorpus:
+    """A shards directory as the lm task's corpus: flat ids and a train/held-out split.
+
+    The held-out split is the last ``val_fraction`` of the stream, moved forward to the next
+    document start (the id after an end-of-text), exactly as :func:`~.lm_data.pack_corpus`
+    splits a packed corpus; one document is split inside it.
+    """
+
+    def __init__(self, directory: str | os.PathLike, val_fraction: float) -> None:
+        self.directory = Path(directory)
+        self.index = read_index(self.directory)
+        self.ids = ShardedIds(self.directory, self.index)
+        self.eval_start = self._document_start(int(self.index.tokens * (1.0 - val_fraction)))
+
+    def _document_start(self, cut: int) -> int:
+        """The first document start at or after ``cut`` (``cut`` itself when none is left to hold out)."""
+        total = self.index.tokens
+        for lo in range(max(cut - 1, 0), total, SCAN_CHUNK):
+            hits = np.flatnonzero(self.ids[lo : min(lo + SCAN_CHUNK, total)] == self.index.eot_id)
+            if len(hits):
+                start = lo + int(hits[0]) + 1
+                return start if start < total - 1 else cut
+        return cut
+
+    def split(self, name: str) -> tuple[int, int]:
+        """``(start, stop)`` of the ``train``, ``eval`` or ``all`` ids."""
+        return {"train": (0, self.eval_start), "eval": (self.eval_start, self.index.tokens),
+                "all": (0, self.index.tokens)}[name]
+
+    def tokenizer(self) -> BPETokenizer:
+        """The tokenizer the ids were made with."""
+        return lm_data.load_tokenizer(self.directory / TOKENIZER_DIR)
+
+    def check_tokenizer(self, tokenizer: BPETokenizer, name: str) -> None:
+        """Refuse ``tokenizer`` (called ``name`` in the error) unless it is the shards' own: the
+        same ids must mean the same tokens."""
+        if tokenizer.files() != self.tokenizer().files():
+            raise ConfigError(f"{name} is not the tokenizer the shards in {self.directory} were made with "
+                              f"({self.directory / TOKENIZER_DIR}); use that one, or prepare the shards with "
+                              "--tokenizer")
