@@ -1,12 +1,15 @@
 """Task ``graph``: classify whole graphs with the shared encoder (``tokformer train graph``).
 
 Wiring: :class:`~tokformer.tokenizers.graph.GraphTokenizer` (nodes as tokens, Laplacian
-eigenvector positions) -> the shared :class:`~tokformer.transformer.Encoder` -> the
-modality-agnostic :class:`~tokformer.heads.ClassificationHead` (graph token or mean
-pooling). Data is a built-in generated dataset (``csl``, ``cycles``), the user's graph
-files (a class directory or a manifest CSV, see :mod:`.graph_data`), or graphs handed
-over in Python with :func:`register_graphs`. The data is split into stratified folds;
-the task trains on all folds but ``fold`` and evaluates on ``fold``.
+eigenvector positions, read by SignNet or linearly) -> the shared
+:class:`~tokformer.transformer.Encoder`, with every layer's attention mask made from the
+batch's edge list by the tokenizer's attention module (a learned per-head bias, a dense
+mask, or a sparse pattern for large graphs) -> the modality-agnostic
+:class:`~tokformer.heads.ClassificationHead` (graph token or mean pooling). Data is a
+built-in generated dataset (``csl``, ``cycles``), the user's graph files (a class
+directory or a manifest CSV, see :mod:`.graph_data`), or graphs handed over in Python
+with :func:`register_graphs`. The data is split into stratified folds; the task trains
+on all folds but ``fold`` and evaluates on ``fold``.
 
 Eigenvector signs are flipped at random in :meth:`GraphTask.step` whenever the model is
 in training mode, not in ``collate``: the step draws from torch's global RNG, which the
@@ -40,8 +43,10 @@ from tokformer.engine.config import help_text
 from tokformer.engine.distributed import Dist
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead, show_ranked
+from tokformer.masks import padding_or_none
 from tokformer.tasks.graph_data import BUILTIN, LabeledGraphs, labeled_graphs, load_graphs, read_graph, stratified_folds
 from tokformer.tokenizers.graph import GraphEncoding, GraphTokenizer
+from tokformer.tokenizers.graph_layers import GraphAttention
 
 CLASSES_FILE = "classes.json"
 _REGISTERED: dict[str, LabeledGraphs] = {}
@@ -79,9 +84,17 @@ class GraphConfig(BlockOptions):
     node_attributes: list[str] = field(default_factory=list, metadata=help_text("node attributes read as features"))
     categorical: list[str] = field(default_factory=list,
         metadata=help_text("attributes one-hot encoded even if numeric"))
-    attention: Literal["full", "bias", "mask"] = field(
-        default="full", metadata=help_text("full; bias: edge_bias on edges; mask: neighbours only"))
-    edge_bias: float = field(default=1.0, metadata=help_text("attention bias of an edge (attention=bias)"))
+    attention: Literal["full", "bias", "mask", "sparse"] = field(default="full", metadata=help_text(
+        "full; bias: edge_bias on edges; mask: neighbours only; sparse: as mask, computed per edge"
+        " (O(edges) memory, for large graphs)"))
+    edge_bias: float = field(default=1.0, metadata=help_text("initial attention bias of an edge (attention=bias)"))
+    learn_bias: bool = field(default=False, metadata=help_text(
+        "learn one attention bias per head for self, edge and graph-token pairs (attention=bias/mask/sparse)"))
+    position_reader: Literal["linear", "signnet"] = field(default="linear", metadata=help_text(
+        "linear: a projection; signnet: sign-invariant, reads eigenvectors along edges (needed for CSL"
+        " without eigenvalues: docs/graphs.md)"))
+    signnet_width: int = field(default=16, metadata=help_text("SignNet channels per eigenvector"))
+    signnet_layers: int = field(default=2, metadata=help_text("SignNet GIN layers"))
     pool: Literal["cls", "mean"] = field(default="cls", metadata=help_text("graph token (cls) or mean of nodes"))
     d_model: int = field(default=64, metadata=help_text("token width"))
     n_heads: int = field(default=4, metadata=help_text("attention heads"))
@@ -90,7 +103,7 @@ class GraphConfig(BlockOptions):
     n_registers: int = field(default=0, metadata=help_text("register tokens (scratch tokens dropped at the output)"))
 
     def __post_init__(self) -> None:
-        for name in ("per_class", "k"):
+        for name in ("per_class", "k", "signnet_width", "signnet_layers"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.folds < 2:
@@ -109,7 +122,24 @@ class GraphConfig(BlockOptions):
             k=self.k, positions=self.positions, eigenvalues=self.eigenvalues, sign_flip=self.sign_flip,
             seed=self.data_seed, node_features=self.node_features, node_attributes=self.node_attributes,
             attention=self.attention, edge_bias=self.edge_bias, graph_token=self.pool == "cls",
+            position_reader=self.position_reader, signnet_width=self.signnet_width, signnet_layers=self.signnet_layers,
+            learn_bias=self.learn_bias,
         )
+
+
+class GraphClassifier(EncoderClassifier):
+    """:class:`EncoderClassifier` whose attention mask comes from the tokenizer's attention module
+    (:meth:`GraphTokenizer.build_attention`), which reads the batch's edge list: a learned
+    per-head bias, or a sparse pattern that never builds an ``[N, N]`` tensor."""
+
+    def __init__(self, embedder: nn.Module, encoder_cfg: TransformerConfig, head: ClassificationHead,
+                 attention: GraphAttention) -> None:
+        super().__init__(embedder, encoder_cfg, head)
+        self.attention = attention
+
+    def features(self, batch: TokenBatch) -> Tensor:  # -> [B, N, d]
+        x = self.embedder(batch)
+        return self.encoder(x, padding_or_none(batch.mask), attn_mask=self.attention(batch), positions=batch.positions)
 
 
 class EncodedGraphs(Dataset):
@@ -194,13 +224,14 @@ class GraphTask(Task):
         return {"tokens": self.tokenizer.collate([s[0] for s in samples]),
                 "labels": torch.tensor([s[1] for s in samples], dtype=torch.long)}
 
-    def build_model(self) -> EncoderClassifier:
+    def build_model(self) -> GraphClassifier:
         c = self.config
         if self.classes is None:
             _ = self.data  # sets self.classes
         self._fit_tokenizer()
         head = ClassificationHead(c.d_model, len(self.classes), pool=c.pool, n_prefix=int(c.pool == "cls"))
-        return EncoderClassifier(self.tokenizer.build_embedder(c.d_model), c.transformer(), head)
+        attention = self.tokenizer.build_attention(c.n_heads)
+        return GraphClassifier(self.tokenizer.build_embedder(c.d_model), c.transformer(), head, attention)
 
     def step(self, model: nn.Module, batch: dict[str, TokenBatch | Tensor]) -> StepOutput:
         tokens, labels = batch["tokens"], batch["labels"]

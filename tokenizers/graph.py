@@ -10,12 +10,17 @@ about a graph's *shape* has to come from here:
   normalized Laplacian (:mod:`.laplacian`), optionally followed by the ``k`` eigenvalues,
   with random per-eigenvector sign flips while training (an eigenvector's sign is
   arbitrary, and the model should not learn one);
-* optionally, an attention bias or mask from the adjacency, so attention can prefer edges;
+* optionally, an attention bias or mask from the adjacency, so attention can prefer edges
+  (or, with ``attention="sparse"``, only the edge list: see :mod:`.graph_layers`);
 * optionally, a graph token (CLS) in front of the nodes, for a classification head to read.
 
 Token layout of one graph: ``[graph token?] + nodes in graph.nodes order``. Feature
 columns: ``[is_graph_token?] + node features``. Position columns: ``k`` eigenvector
 coordinates, then ``k`` eigenvalues when ``eigenvalues=True``; the graph token's are 0.
+When the model reads edges (SignNet positions, learned attention biases, sparse
+attention: :attr:`GraphTokenizer.needs_edges`), batches also carry the edge list
+(``extras["edges"]``); otherwise not, so every extras tensor keeps a fixed width, which
+exported programs need (their extras dims beyond the batch are static).
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ from tokformer.embedding import Embedder
 from tokformer.errors import DataError
 from tokformer.positional import PositionFeatures
 from tokformer.tokenizers.base import Tokenizer, TokenizerError
+from tokformer.tokenizers.graph_layers import Attention, GraphAttention, GraphEmbedder, SignNetPositions
 from tokformer.tokenizers.laplacian import laplacian_spectrum, undirected_edges
 from tokformer.tokenizers.registry import register_tokenizer
 
 NodeFeatures = Literal["degree", "constant", "attributes"]
-Attention = Literal["full", "bias", "mask"]
+PositionReader = Literal["linear", "signnet"]
 Solver = Literal["auto", "dense", "sparse"]
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -91,9 +97,16 @@ class GraphTokenizer(Tokenizer):
             attributes; each becomes a one-hot block with an extra "unseen value" slot.
             Attributes not listed are numeric. :meth:`fit` fills this from data.
         attention: ``"full"`` (every node attends to every node), ``"bias"`` (add
-            ``edge_bias`` to the attention logit of each edge), or ``"mask"`` (a node
-            attends only to itself, its neighbours and the graph token).
+            ``edge_bias`` to the attention logit of each edge), ``"mask"`` (a node
+            attends only to itself, its neighbours and the graph token), or ``"sparse"``
+            (the pairs of ``mask``, computed from the edge list by the model's
+            :meth:`build_attention` module: no ``[B, N, N]`` tensor anywhere; ``attn_bias`` is None).
         edge_bias: the additive bias of an edge under ``attention="bias"``.
+        position_reader: how the model reads positions: ``"linear"`` (a projection) or
+            ``"signnet"`` (sign-invariant, :class:`~.graph_layers.SignNetPositions`).
+        signnet_width / signnet_layers: channels per eigenvector and GIN layers of SignNet's ``phi``.
+        learn_bias: the model (:meth:`build_attention`) learns one attention bias per head for
+            self, edge and graph-token pairs, instead of using ``attn_bias`` as it is.
         graph_token: put a graph token (CLS) before the nodes; it attends and is attended
             by every node.
         solver: eigensolver: ``"dense"``, ``"sparse"``, or ``"auto"`` (by graph size).
@@ -114,13 +127,19 @@ class GraphTokenizer(Tokenizer):
         edge_bias: float = 1.0,
         graph_token: bool = True,
         solver: Solver = "auto",
+        position_reader: PositionReader = "linear",
+        signnet_width: int = 16,
+        signnet_layers: int = 2,
+        learn_bias: bool = False,
     ) -> None:
         _check_choice("positions", positions, ("laplacian", "none"))
         _check_choice("node_features", node_features, ("degree", "constant", "attributes"))
-        _check_choice("attention", attention, ("full", "bias", "mask"))
+        _check_choice("attention", attention, ("full", "bias", "mask", "sparse"))
+        _check_choice("position_reader", position_reader, ("linear", "signnet"))
         _check_choice("solver", solver, ("auto", "dense", "sparse"))
-        if k <= 0:
-            raise TokenizerError(f"k must be positive, got {k}")
+        for name, value in (("k", k), ("signnet_width", signnet_width), ("signnet_layers", signnet_layers)):
+            if value <= 0:
+                raise TokenizerError(f"{name} must be positive, got {value}")
         if node_features == "attributes" and not node_attributes:
             raise TokenizerError("node_features='attributes' needs node_attributes (the attribute names to read)")
         categories = {name: [str(v) for v in values] for name, values in (categories or {}).items()}
@@ -139,6 +158,10 @@ class GraphTokenizer(Tokenizer):
         self.edge_bias = float(edge_bias)
         self.graph_token = graph_token
         self.solver = solver
+        self.position_reader = position_reader
+        self.signnet_width = signnet_width
+        self.signnet_layers = signnet_layers
+        self.learn_bias = learn_bias
         self.augmenting = False
         self._generator = torch.Generator().manual_seed(seed)
 
@@ -198,6 +221,12 @@ class GraphTokenizer(Tokenizer):
             return 0
         return 2 * self.k if self.eigenvalues else self.k
 
+    @property
+    def needs_edges(self) -> bool:
+        """Whether batches carry ``extras["edges"]``: the model reads them (SignNet, learned biases, sparse)."""
+        reads_positions = self.positions == "laplacian" and self.position_reader == "signnet"
+        return reads_positions or self.attention == "sparse" or (self.learn_bias and self.attention != "full")
+
     # ---- tokenizing ----------------------------------------------------------------------
 
     def encode(self, graph: nx.Graph) -> GraphEncoding:
@@ -224,7 +253,9 @@ class GraphTokenizer(Tokenizer):
 
         Returns a TokenBatch with ``features`` ``[B, N, F]``, ``positions`` ``[B, N, P]``
         (or None), ``attn_bias`` ``[B, N, N]`` (or None), and extras ``eig_valid``
-        ``[B, k]`` and ``num_nodes`` ``[B]``. ``N`` counts the graph token.
+        ``[B, k]``, ``num_nodes`` ``[B]`` and, if :attr:`needs_edges`, ``edges`` ``[B, E, 2]``
+        (token indices of every edge in both directions, padded) and ``edge_valid`` ``[B, E]``.
+        ``N`` counts the graph token.
         """
         if not encodings:
             raise DataError("cannot make a batch of zero graphs")
@@ -246,13 +277,11 @@ class GraphTokenizer(Tokenizer):
                 eig_valid[row] = enc.valid
         if self.graph_token:
             features[:, 0, 0] = 1.0  # the graph token's indicator column; its other features are 0
-        return TokenBatch(
-            mask=mask,
-            features=features,
-            positions=positions,
-            attn_bias=self._attention(encodings, width),
-            extras={"eig_valid": eig_valid, "num_nodes": torch.tensor([e.num_nodes for e in encodings])},
-        )
+        extras = {"eig_valid": eig_valid, "num_nodes": torch.tensor([e.num_nodes for e in encodings])}
+        if self.needs_edges:
+            extras.update(_edge_list(encodings, offset))
+        return TokenBatch(mask=mask, features=features, positions=positions,
+                          attn_bias=self._attention(encodings, width), extras=extras)
 
     def batch(self, samples: Sequence[nx.Graph]) -> TokenBatch:
         """Tokenize graphs into one padded batch; while augmenting, with random sign flips."""
@@ -277,9 +306,19 @@ class GraphTokenizer(Tokenizer):
     # ---- model side ------------------------------------------------------------------------
 
     def build_embedder(self, d_model: int, *, dropout: float = 0.0) -> nn.Module:
-        """Linear projection of node features, plus a linear projection of the positions."""
+        """Linear projection of node features, plus the positions read by ``position_reader``."""
+        if self.positions == "laplacian" and self.position_reader == "signnet":
+            signnet = SignNetPositions(self.k, d_model, eigenvalues=self.eigenvalues, width=self.signnet_width,
+                                       layers=self.signnet_layers)
+            return GraphEmbedder(d_model, self.num_features, signnet, graph_token=self.graph_token, dropout=dropout)
         position = PositionFeatures(self.num_positions, d_model) if self.positions == "laplacian" else None
         return Embedder(d_model, in_features=self.num_features, position=position, dropout=dropout)
+
+    def build_attention(self, n_heads: int) -> GraphAttention:
+        """The module that makes every layer's attention mask from a batch (dense, or a sparse
+        pattern), with a per-head bias per kind of pair if ``learn_bias``."""
+        return GraphAttention(self.attention, n_heads, graph_token=self.graph_token, edge_bias=self.edge_bias,
+                              learned=self.learn_bias)
 
     def get_config(self) -> dict[str, Any]:
         return {
@@ -295,6 +334,10 @@ class GraphTokenizer(Tokenizer):
             "edge_bias": self.edge_bias,
             "graph_token": self.graph_token,
             "solver": self.solver,
+            "position_reader": self.position_reader,
+            "signnet_width": self.signnet_width,
+            "signnet_layers": self.signnet_layers,
+            "learn_bias": self.learn_bias,
         }
 
     # ---- internals -------------------------------------------------------------------------
@@ -320,8 +363,9 @@ class GraphTokenizer(Tokenizer):
         return torch.cat(columns, dim=1).float()
 
     def _attention(self, encodings: Sequence[GraphEncoding], width: int) -> Tensor | None:
-        """``[B, N, N]`` edge bias (float) or neighbourhood mask (bool, True = may attend), or None."""
-        if self.attention == "full":
+        """``[B, N, N]`` edge bias (float) or neighbourhood mask (bool, True = may attend), or None
+        (``full``; ``sparse``, whose point is to never build this)."""
+        if self.attention in ("full", "sparse"):
             return None
         offset = int(self.graph_token)
         adjacency = torch.zeros(len(encodings), width, width, dtype=torch.bool)  # [B, N, N]
@@ -334,6 +378,18 @@ class GraphTokenizer(Tokenizer):
             allowed[:, 0, :] = True
             allowed[:, :, 0] = True
         return allowed
+
+
+def _edge_list(encodings: Sequence[GraphEncoding], offset: int) -> dict[str, Tensor]:
+    """``edges`` ``[B, E, 2]`` token indices (nodes shifted by ``offset``, the graph token) of every
+    edge in both directions, zero-padded to the largest graph's, and ``edge_valid`` ``[B, E]``."""
+    width = max(e.edges.shape[1] for e in encodings)
+    edges = torch.zeros(len(encodings), width, 2, dtype=torch.long)  # [B, E, 2]
+    valid = torch.zeros(len(encodings), width, dtype=torch.bool)  # [B, E]
+    for row, enc in enumerate(encodings):
+        edges[row, : enc.edges.shape[1]] = enc.edges.T + offset
+        valid[row, : enc.edges.shape[1]] = True
+    return {"edges": edges, "edge_valid": valid}
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -22,6 +22,7 @@ from tokformer.kv_cache import KVCache
 from tokformer.layers import make_norm
 from tokformer.masks import causal_mask, combine_masks, rows_with_keys
 from tokformer.rotary import Rope, apply_rotary
+from tokformer.sparse_attention import SparsePattern, sparse_attention
 
 
 class MultiHeadAttention(nn.Module):
@@ -81,7 +82,7 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         context: Tensor | None = None,
         *,
-        attn_mask: Tensor | None = None,
+        attn_mask: Tensor | SparsePattern | None = None,
         is_causal: bool = False,
         cache: KVCache | None = None,
         rope: Rope | None = None,
@@ -90,7 +91,9 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             attn_mask: bool (True = may attend) or additive float mask, broadcastable to
-                ``[B, heads, Nq, Nk]``, where Nk counts cached keys too.
+                ``[B, heads, Nq, Nk]``, where Nk counts cached keys too; or a
+                :class:`~tokformer.sparse_attention.SparsePattern` of the pairs that may attend
+                (self-attention without cache or causal mask; O(pairs) memory).
             is_causal: also forbid attending to later positions (aligned so the last
                 query sits at the last key, which is what a KV cache needs).
             cache: self-attention: new keys/values are appended and all are attended to;
@@ -103,7 +106,11 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._project(x, context, cache, rope)  # q [B, H, Nq, Dh]; k, v [B, Hkv, Nk, Dh]
         n_queries, n_keys = q.shape[2], k.shape[2]
 
-        if is_causal and attn_mask is None and n_queries == n_keys:
+        if isinstance(attn_mask, SparsePattern):
+            if is_causal or cache is not None or self.cross:
+                raise ValueError("a SparsePattern is for self-attention without cache or causal mask")
+            out = sparse_attention(q, k, v, attn_mask, self.dropout if self.training else 0.0)
+        elif is_causal and attn_mask is None and n_queries == n_keys:
             out = self._sdpa(q, k, v, mask=None, is_causal=True)  # fast path: fused causal kernel
         else:
             if is_causal:

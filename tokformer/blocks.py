@@ -15,6 +15,7 @@ from tokformer.config import TransformerConfig
 from tokformer.kv_cache import KVCache
 from tokformer.layers import FeedForward, GatedFeedForward, LayerScale, make_norm
 from tokformer.rotary import Rope
+from tokformer.sparse_attention import SparsePattern
 
 
 def _attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
@@ -70,7 +71,7 @@ class EncoderBlock(nn.Module):
         self,
         x: Tensor,
         *,
-        attn_mask: Tensor | None = None,
+        attn_mask: Tensor | SparsePattern | None = None,
         is_causal: bool = False,
         cache: KVCache | None = None,
         rope: Rope | None = None,

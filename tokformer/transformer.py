@@ -20,6 +20,7 @@ from tokformer.kv_cache import KVCache, cached_length
 from tokformer.layers import make_norm
 from tokformer.masks import combine_masks, padding_mask
 from tokformer.rotary import Rope, RotaryEmbedding, prepend_identity
+from tokformer.sparse_attention import SparsePattern
 from tokformer.weights import init_weights
 
 
@@ -48,8 +49,14 @@ def _rope(rotary: RotaryEmbedding | None, positions: Tensor | None) -> Rope | No
     return rotary(positions)
 
 
-def _self_attention_mask(mask: Tensor | None, attn_mask: Tensor | None) -> Tensor | None:
-    """Key padding ``[B, Nk]`` and an optional extra mask -> one mask for every layer."""
+def _self_attention_mask(
+    mask: Tensor | None, attn_mask: Tensor | SparsePattern | None
+) -> Tensor | SparsePattern | None:
+    """Key padding ``[B, Nk]`` and an optional extra mask -> one mask for every layer.
+
+    A sparse pattern lists real tokens only, so it already excludes padding."""
+    if isinstance(attn_mask, SparsePattern):
+        return attn_mask
     return combine_masks(padding_mask(mask) if mask is not None else None, attn_mask)
 
 
@@ -87,7 +94,7 @@ class Encoder(nn.Module):
         mask: Tensor | None = None,
         *,
         is_causal: bool = False,
-        attn_mask: Tensor | None = None,
+        attn_mask: Tensor | SparsePattern | None = None,
         caches: list[KVCache] | None = None,
         positions: Tensor | None = None,
     ) -> Tensor:
@@ -97,7 +104,9 @@ class Encoder(nn.Module):
             mask: ``[B, Nk]`` True for real keys; with ``caches``, Nk counts the cached
                 positions followed by the N new ones.
             is_causal: forbid attending to later positions.
-            attn_mask: extra bool/additive mask or bias, broadcastable to ``[B, H, N, Nk]``.
+            attn_mask: extra bool/additive mask or bias, broadcastable to ``[B, H, N, Nk]``,
+                or a :class:`~tokformer.sparse_attention.SparsePattern` (registers join it as
+                global tokens).
             caches: one KVCache per block, for incremental decoding.
             positions: the N tokens' positions ``[B, N]`` / ``[B, N, 2]``; needed (only)
                 with rotary embeddings.
@@ -109,7 +118,10 @@ class Encoder(nn.Module):
             # Registers go in front of the tokens, visible to all and unrotated; they are
             # dropped again at the output, so callers never see them. Masks gain their keys.
             mask = _pad_front(mask, n_reg, 1) if mask is not None else None
-            attn_mask = _pad_front(attn_mask, n_reg, 2 if inserted else 1) if attn_mask is not None else None
+            if isinstance(attn_mask, SparsePattern):
+                attn_mask = attn_mask.prepend_global(n_reg)
+            elif attn_mask is not None:
+                attn_mask = _pad_front(attn_mask, n_reg, 2 if inserted else 1)
         if inserted:
             x = torch.cat((self.registers.expand(x.shape[0], -1, -1).to(x.dtype), x), dim=1)
             rope = prepend_identity(rope, n_reg) if rope is not None else None
