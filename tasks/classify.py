@@ -36,6 +36,7 @@ from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead, label_smoothing_cross_entropy, show_ranked, topk_correct
 from tokformer.tasks import image_baselines, image_data
 from tokformer.tokenizers.image import ImagePatchTokenizer
+from tokformer.tokenizers.image_local import LocalPatchTokenizer
 from tokformer.tokenizers.registry import load_tokenizer
 from tokformer.tokenizers.timm_vit import ViTSpec, build_vit, from_timm_state_dict, read_weights, spec_from_state_dict
 
@@ -44,7 +45,8 @@ CLASSES_FILE = "classes.json"
 # a run rebuilds its model from this, never from the init_from source, which may be gone by then.
 INIT_FILE = "init_from.json"
 #: Options that fix the shape of a classify model; a tokformer init_from model sets them.
-ARCH_FIELDS = ("image_size", "patch_size", "position", "pool", "d_model", "n_heads", "n_layers", "n_registers",
+ARCH_FIELDS = ("image_size", "patch_size", "tokenizer", "cnn_width", "cnn_depth", "position", "pool", "d_model",
+               "n_heads", "n_layers", "n_registers",
                "rope_theta", *(f.name for f in dataclasses.fields(BlockOptions)))
 HEAD = "head.proj."  # the classifier layer: re-initialised when init_from has another class count
 
@@ -61,12 +63,16 @@ class ClassifyConfig(BlockOptions):
     eval_size: int = field(default=1000, metadata=help_text("built-in shapes: evaluation images"))
     data_seed: int = field(default=1234, metadata=help_text("seed of the built-in data and of folder splits"))
     image_size: int = field(default=32, metadata=help_text("training image side in pixels"))
-    patch_size: int = field(default=8, metadata=help_text("patch side in pixels"))
+    patch_size: int = field(default=16, metadata=help_text("patch side in pixels"))
+    tokenizer: Literal["local", "linear"] = field(default="local", metadata=help_text(
+        "patch embedding: local (a small CNN per patch, seeing that patch only) or linear (a plain ViT)"))
+    cnn_width: int = field(default=32, metadata=help_text("local tokenizer: channels of its first conv"))
+    cnn_depth: int = field(default=2, metadata=help_text("local tokenizer: conv stages"))
     position: Literal["sincos", "learned", "rope"] = field(default="sincos", metadata=help_text(
         "2-D positions: sincos or learned codes added to patches, or rope (rotary, in attention)"))
     rope_theta: float = field(default=100.0, metadata=help_text("rotary frequency base (position=rope)"))
-    pool: Literal["cls", "mean", "map"] = field(default="cls", metadata=help_text(
-        "class token, mean of patch tokens, or map (attention pooling)"))
+    pool: Literal["cls", "mean", "map"] = field(default="mean", metadata=help_text(
+        "mean of patch tokens (learns fastest on small data), class token, or map (attention pooling)"))
     n_registers: int = field(default=0, metadata=help_text("register tokens (scratch tokens dropped at the output)"))
     d_model: int = field(default=64, metadata=help_text("token width"))
     n_heads: int = field(default=4, metadata=help_text("attention heads"))
@@ -74,7 +80,8 @@ class ClassifyConfig(BlockOptions):
     dropout: float = field(default=0.0, metadata=help_text("dropout in blocks and before the head"))
     label_smoothing: float = field(default=0.1, metadata=help_text("label smoothing of the cross-entropy"))
     crop_scale: float = field(default=1.0, metadata=help_text("random resized crop: smallest area kept (1 = no crop)"))
-    flip: bool = field(default=True, metadata=help_text("random horizontal flips"))
+    flip: bool = field(default=False, metadata=help_text(
+        "random horizontal flips (off by default: they break digits, text and other chiral classes)"))
     mixup: float = field(default=0.0, metadata=help_text("mixup alpha (0 = off)"))
     cutmix: float = field(default=0.0, metadata=help_text("cutmix alpha (0 = off)"))
     init_from: str = field(default="", metadata=help_text(
@@ -93,16 +100,17 @@ class ClassifyConfig(BlockOptions):
         for name in ("train_size", "eval_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        self.tokenizer()  # validate sizes now, not halfway into a run
+        self.build_tokenizer()  # validate sizes now, not halfway into a run
         self.transformer()
         if self.position == "sincos" and self.d_model % 4:
             raise ValueError(f"2-D sin/cos positions need d_model divisible by 4, got {self.d_model}")
 
-    def tokenizer(self) -> ImagePatchTokenizer:
-        return ImagePatchTokenizer(
-            self.patch_size, self.image_size, position="none" if self.position == "rope" else self.position,
-            class_token=self.pool == "cls"
-        )
+    def build_tokenizer(self) -> ImagePatchTokenizer:
+        options = dict(position="none" if self.position == "rope" else self.position, class_token=self.pool == "cls")
+        if self.tokenizer == "local":
+            return LocalPatchTokenizer(self.patch_size, self.image_size, cnn_width=self.cnn_width,
+                                       cnn_depth=self.cnn_depth, **options)
+        return ImagePatchTokenizer(self.patch_size, self.image_size, **options)
 
     def transformer(self) -> TransformerConfig:
         return TransformerConfig(
@@ -122,7 +130,7 @@ class ClassifyTask(Task):
 
     def __init__(self, config: ClassifyConfig) -> None:
         super().__init__(config)
-        self.tokenizer = config.tokenizer()
+        self.tokenizer = config.build_tokenizer()
         self.classes: list[str] = []
         self.run_dir: Path | None = None  # where plots/confusion.png goes (set by setup)
         self.dist: Dist | None = None

@@ -162,3 +162,24 @@ def _pngs(root, n):
         Image.fromarray(image.permute(1, 2, 0).numpy()).save(path)
         paths.append(path)
     return paths
+
+
+@pytest.mark.parametrize("tokenizer", ["local", "linear"])
+def test_tokenizer_option_picks_the_patch_embedding_and_survives_reload(tmp_path, tokenizer):
+    """`--tokenizer local` (the default) embeds patches with a per-patch CNN, `linear` with one matrix;
+    the run directory rebuilds it with the same tokenizer."""
+    from tokformer.engine import load_run
+    from tokformer.tokenizers.image_local import LocalPatchTokenizer, PatchCNN
+
+    run = tmp_path / "run"
+    result = invoke("train", "classify", "--tokenizer", tokenizer, "--cnn-width", "4", "--cnn-depth", "1",
+                    *[f"-o{k}={v}" for k, v in {**TINY_MODEL, "train_size": 32, "eval_size": 16}.items()],
+                    "--steps", "2", "--batch-size", "8", "--eval-every", "2", "--device", "cpu",
+                    "--run-dir", str(run), "-q")
+    assert result.exit_code == 0, result.output
+    task, model = load_run(run)
+    local = tokenizer == "local"
+    assert isinstance(task.tokenizer, LocalPatchTokenizer) == local
+    assert isinstance(model.embedder.proj, PatchCNN) == local
+    if local:
+        assert (task.tokenizer.cnn_width, task.tokenizer.cnn_depth) == (4, 1)

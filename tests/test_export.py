@@ -45,7 +45,7 @@ def _classify(position: str) -> tuple[Task, Callable[[Task], tuple]]:
     if position == "learned":  # a learned table traces at its training grid only: vary the batch alone
         return task, lambda t: (t.tokenizer.batch(torch.rand(3, 3, 16, 16)),)
     # The task resizes every image to image_size; the same model takes native sizes without resizing.
-    native = ImagePatchTokenizer(**{**task.tokenizer.get_config(), "resize": False})
+    native = type(task.tokenizer)(**{**task.tokenizer.get_config(), "resize": False})
     return task, lambda t: (native.batch(torch.rand(3, 3, 8, 12)),)
 
 

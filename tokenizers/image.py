@@ -112,6 +112,8 @@ class PatchEmbedder(nn.Module):
             flag of the same name); otherwise the table's first row is the class token's.
         interpolation: mode used to resample a learned table to another grid.
         dropout: dropout on the output tokens (timm's ``pos_drop``).
+        proj: the patch projection, ``[..., in_features] -> [..., d_model]``; default a
+            linear layer (timm's ``patch_embed.proj``). A per-patch CNN makes the local tokenizer.
     """
 
     def __init__(
@@ -125,13 +127,15 @@ class PatchEmbedder(nn.Module):
         no_embed_class: bool = False,
         interpolation: str = "bicubic",
         dropout: float = 0.0,
+        proj: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.grid_size = grid_size
+        self.d_model = d_model
         self.drop = nn.Dropout(dropout)
         self.n_prefix = int(class_token)
         self.interpolation = interpolation
-        self.proj = nn.Linear(in_features, d_model)
+        self.proj = nn.Linear(in_features, d_model) if proj is None else proj
         self.cls_token = nn.Parameter(torch.randn(1, 1, d_model) * 1e-6) if class_token else None
         self.sincos = SinCos2DPositions(d_model) if position == "sincos" else None
         self.pos_embed: nn.Parameter | None = None
@@ -177,7 +181,7 @@ class PatchEmbedder(nn.Module):
             if index.shape[1] == gh * gw and torch.equal(index, _arange_like(index)):
                 return table.unsqueeze(0)  # every patch in grid order: add the table as is (no gather)
             return F.embedding(index, table)
-        out = positions.new_zeros(*positions.shape[:2], self.proj.out_features)
+        out = positions.new_zeros(*positions.shape[:2], self.d_model)
         for gh, gw in distinct:
             chosen = (grids == grids.new_tensor([gh, gw])).all(dim=-1)  # [B]
             out[chosen] = F.embedding(rows[chosen] * gw + cols[chosen], self.grid_table((gh, gw))).to(out.dtype)
@@ -300,6 +304,10 @@ class ImagePatchTokenizer(Tokenizer):
         }
 
     def build_embedder(self, d_model: int, *, dropout: float = 0.0) -> PatchEmbedder:
+        return self._embedder(d_model, dropout, proj=None)
+
+    def _embedder(self, d_model: int, dropout: float, proj: nn.Module | None) -> PatchEmbedder:
+        """The embedder around ``proj`` (None: linear), after checking ``d_model`` suits the positions."""
         if self.position == "sincos" and d_model % 4:
             raise TokenizerError(f"2-D sin/cos positions need d_model divisible by 4, got {d_model}")
         return PatchEmbedder(
@@ -311,6 +319,7 @@ class ImagePatchTokenizer(Tokenizer):
             no_embed_class=self.no_embed_class,
             interpolation=self.interpolation,
             dropout=dropout,
+            proj=proj,
         )
 
     # -- preprocessing ---------------------------------------------------------------
