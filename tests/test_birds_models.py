@@ -2,27 +2,59 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from tokformer.tasks.birds import experiment
-from tokformer.tasks.birds.attention import attention_maps
+from tokformer.tasks.birds.attention import attention_maps, bird_tokens, own_bird_attention
+from tokformer.tasks.birds.data import BOTTOM_LEFT, TOP_RIGHT, generate
 from tokformer.tasks.birds.experiment import BirdsConfig, make_split
 from tokformer.tasks.birds.models import BirdTransformer, LocalCNN, build_model, parse_spec
 
+ALL_FAMILIES = ["local-d2", "pool-d3", "global", "mlp", "transformer-l1", "transformer-local-l1", "mixer-l1"]
 
-@pytest.mark.parametrize("name", ["local-d2", "pool-d3", "global", "transformer-l1"])
+
+@pytest.mark.parametrize("name", ALL_FAMILIES)
 def test_models_map_images_to_logits(name: str) -> None:
     model = build_model(name, n_classes=4, image_size=32)
     assert model(torch.rand(2, 3, 32, 32)).shape == (2, 4)
 
 
+@pytest.mark.parametrize("name", ALL_FAMILIES)
+def test_only_models_marked_any_size_take_another_image_size(name: str) -> None:
+    """The second-size column's premise: a flattened map, a pixel MLP and an N x N mixing matrix
+    are sized for the training image; convolutions and attention are not."""
+    model = build_model(name, n_classes=4, image_size=32)
+    if parse_spec(name).any_size:
+        assert model(torch.rand(2, 3, 48, 48)).shape == (2, 4)
+    else:
+        with pytest.raises(RuntimeError):
+            model(torch.rand(2, 3, 48, 48))
+
+
+def test_mixing_matrix_grows_with_tokens_squared_and_attention_does_not() -> None:
+    def size(name: str, image: int) -> int:
+        return sum(p.numel() for p in build_model(name, 4, image_size=image).parameters())
+
+    tokens = {image: build_model("mixer-l1", 4, image_size=image).tokenizer.grid_size for image in (32, 64)}
+    n32, n64 = (tokens[i][0] * tokens[i][1] for i in (32, 64))
+    assert size("mixer-l1", 64) - size("mixer-l1", 32) == n64**2 - n32**2
+    assert size("transformer-local-l1", 64) == size("transformer-local-l1", 32)
+
+
 def test_parse_spec_rejects_unknown_names() -> None:
     assert parse_spec("pool-d5").depth == 5
     assert (parse_spec("transformer-l2").budget, parse_spec("transformer-l2-x4").budget) == (1, 4)
-    assert parse_spec("transformer-l2-x4").label == "Transformer, 2 layers, 4x steps"
-    for bad in ("resnet50", "pool-d2-x4", "transformer-l2-x"):
+    assert parse_spec("transformer-l2-x4").label == "Transformer, linear patches, 2 layers, 4x steps"
+    assert parse_spec("global-x5").label == "CNN global head (flatten+MLP), 4 conv, 5x steps"
+    assert parse_spec("transformer-local-l2").family == "transformer-local"
+    assert (parse_spec("mlp").depth, parse_spec("mixer-l3").depth) == (2, 3)
+    for bad in ("resnet50", "transformer-l2-x", "transformer-localx-l2"):
         with pytest.raises(ValueError, match="unknown model"):
+            parse_spec(bad)
+    for bad in ("pool", "mixer", "transformer-d2", "mlp-l2"):
+        with pytest.raises(ValueError, match="takes a depth"):
             parse_spec(bad)
     with pytest.raises(ValueError, match="at least 1"):
         parse_spec("transformer-l2-x0")
@@ -77,3 +109,20 @@ def test_recomputed_attention_reproduces_the_layer_output() -> None:
         v = v.reshape(3, 17, 4, -1).transpose(1, 2)  # [B, H, N, Dh]
         by_hand = block.attn.proj((maps[0] @ v).transpose(1, 2).reshape(3, 17, -1))
     torch.testing.assert_close(by_hand, captured["out"], atol=1e-5, rtol=1e-4)
+
+
+def test_own_bird_attention_measures_mass_on_the_birds_own_tokens() -> None:
+    """Uniform attention gives exactly the bird's token share; attention kept inside each bird gives 1."""
+    meta = generate("compare", 4, seed=3, size=64)
+    patch, n = 8, 1 + 64
+    uniform = [torch.full((4, 2, n, n), 1.0 / n)]
+    stats = own_bird_attention(uniform, meta, np.arange(4), patch)  # [1, 2 heads, 3]
+    np.testing.assert_allclose(stats[..., 0], stats[..., 2], rtol=1e-6)
+    np.testing.assert_allclose(stats[..., 1], stats[..., 2] - 1.0 / n, rtol=1e-6)
+    assert (stats[..., 2] > 0).all() and (stats[..., 2] < 0.2).all()
+    inside = torch.zeros(4, 2, n, n)
+    for b in range(4):
+        for slot in (TOP_RIGHT, BOTTOM_LEFT):
+            own = torch.as_tensor(bird_tokens(meta, b, slot, patch))
+            inside[b, :, own[:, None], own[None, :]] = 1.0 / len(own)
+    np.testing.assert_allclose(own_bird_attention([inside], meta, np.arange(4), patch)[..., 0], 1.0, rtol=1e-6)

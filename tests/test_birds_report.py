@@ -11,8 +11,9 @@ from tokformer.cli import main
 from tokformer.tasks.birds import BirdsConfig, run_experiment
 from tokformer.tasks.birds.report import FIGURES
 
-TINY = BirdsConfig(image_size=32, n_train=64, n_test=32, steps=2, batch_size=16,
-                   models=("local-d1", "pool-d2", "global", "transformer-l1"), seeds=(0, 1))
+TINY = BirdsConfig(image_size=32, n_train=64, n_test=32, second_size=48, steps=2, batch_size=16,
+                   models=("local-d1", "pool-d2", "global", "transformer-l1", "transformer-local-l1", "mixer-l1",
+                           "mlp", "global-x2"), seeds=(0, 1))
 
 
 def test_report_has_table_and_all_figures(tmp_path: Path) -> None:
@@ -23,8 +24,12 @@ def test_report_has_table_and_all_figures(tmp_path: Path) -> None:
         assert (tmp_path / "out" / figure).stat().st_size > 1000
         assert f"]({figure})" in text
     results = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert len(results["runs"]) == 2 * 2 * 4  # seeds x tasks x models
+    assert len(results["runs"]) == 2 * 2 * len(TINY.models)  # seeds x tasks x models
     assert {row["model"] for row in results["table"]} == set(TINY.models)
+    second = {run["model"]: run["accuracy_second"] for run in results["runs"]}
+    assert {name for name, acc in second.items() if acc is None} == {"global", "mixer-l1", "mlp", "global-x2"}
+    assert "| cannot run (sized for one image) |" in text
+    assert "attention on their own bird" in text
 
 
 def test_cli_rejects_bad_seeds(tmp_path: Path) -> None:

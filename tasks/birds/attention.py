@@ -72,3 +72,30 @@ def corner_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray, 
             out[layer, :, 0] += mass.numpy()
             out[layer, :, 1] += len(keys) / n_tokens
     return out / len(indices)
+
+
+def own_bird_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray, patch: int) -> np.ndarray:
+    """``[layers, heads, 3]``: how much a bird's tokens attend to their own bird, against its size.
+
+    For both compared birds (top-right, bottom-left) of every image in ``indices``, with the
+    bird's core tokens (see :func:`bird_tokens`) as queries: the attention mass on the same
+    bird's core tokens (itself included), the mass on the bird's *other* core tokens, and the
+    bird's share of the image's tokens (what uniform attention would give), averaged over birds.
+    A share well above the last column is the lecture's observation that tokens of an object
+    attend to the object's other parts.
+    """
+    n_layers, n_heads = len(maps), maps[0].shape[1]
+    out = np.zeros((n_layers, n_heads, 3))
+    n_tokens = maps[0].shape[-1]
+    n_birds = 0
+    for b, index in enumerate(indices):
+        for slot in (TOP_RIGHT, BOTTOM_LEFT):
+            own = bird_tokens(meta, int(index), slot, patch)
+            n_birds += 1
+            for layer, probs in enumerate(maps):
+                block = probs[b][:, own][:, :, own]  # [heads, q, k]: own bird -> own bird
+                mass = block.sum(dim=-1).mean(dim=-1)  # [heads]
+                out[layer, :, 0] += mass.numpy()
+                out[layer, :, 1] += (mass - block.diagonal(dim1=-2, dim2=-1).mean(dim=-1)).numpy()
+                out[layer, :, 2] += len(own) / n_tokens
+    return out / n_birds

@@ -37,7 +37,7 @@ TASKS: tuple[Task, ...] = ("count", "compare")
 N_CLASSES: dict[str, int] = {"count": 4, "compare": 2}
 SLOT_NAMES = ("top-left", "top-right", "bottom-left", "bottom-right")
 TOP_RIGHT, BOTTOM_LEFT = 1, 2
-_SPLIT_CODES = {"train": 0, "test": 1, "sample": 2}
+_SPLIT_CODES = {"train": 0, "test": 1, "sample": 2, "val": 3}  # one independent random stream each
 EXTRA_BIRDS = 0.0  # compare task: chance of a distractor bird in each of the other two slots
 
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,18 +32,19 @@ from tokformer.weights import count_parameters
 log = logging.getLogger("tokformer.birds")
 RUNS_LOG = "runs.jsonl"  # one line per finished training run, written as the sweep goes
 
-# Full-resolution conv stacks (no pooling) dominate the cost: one 64x64 3x3 conv layer costs
-# as much as a whole pooled CNN, so the no-pooling family is a single layer (RF 3 px; it would
-# be 17 px after 8 layers, still far from spanning two corners ~45 px apart). The Transformer
-# also trains at five times the budget: ViTs lack the CNN's locality prior and learn more slowly.
+# Full-resolution conv stacks (no pooling) dominate the cost: one 64x64 3x3 conv layer costs as
+# much as a whole pooled CNN, so the no-pooling family is left to the analysis code and the tests
+# (RF 3 px for one layer, 17 px after 8, never near the ~45 px between the corners); pool-d1 (RF 4 px)
+# stands in for the shallow end. The extra-budget rows train the strongest CNN (global head) and the
+# local-tokenizer Transformer alike for three times the steps.
 FULL_MODELS: tuple[str, ...] = (
-    "local-d1",
     "pool-d1", "pool-d2", "pool-d3", "pool-d4", "pool-d5", "pool-d6",
-    "global", "transformer-l1", "transformer-l2", "transformer-l2-x5",
+    "global", "mlp", "transformer-l1", "transformer-l2", "transformer-local-l1", "transformer-local-l2",
+    "mixer-l2", "global-x3", "transformer-local-l2-x3",
 )
-# Quick: pool-d1 (RF 4 px) stands in for the shallow end; the Transformer gets its longer budget only.
+# Quick: the same families at one seed, fewer depths, no extra-budget rows.
 QUICK_MODELS: tuple[str, ...] = (
-    "pool-d1", "pool-d2", "pool-d3", "pool-d4", "pool-d5", "global", "transformer-l2-x4",
+    "pool-d1", "pool-d3", "pool-d5", "global", "mlp", "transformer-l2", "transformer-local-l2", "mixer-l2",
 )
 
 
@@ -54,6 +56,8 @@ class BirdsConfig:
         image_size: image side in pixels (64: corners ~45 px apart, far beyond a 3x3 stack).
         n_train / n_test: images per task in the training and held-out sets (the test set
             comes from an independent random stream).
+        second_size: the test images are also drawn at this side (birds keep their share of
+            the image), to see which models carry over to another image size; 0: skip.
         steps / batch_size / lr / weight_decay: the same optimiser budget for every model.
         models: model specs (see :func:`tokformer.tasks.birds.models.parse_spec`).
         tasks: ``count`` and/or ``compare``.
@@ -71,9 +75,10 @@ class BirdsConfig:
     image_size: int = 64
     n_train: int = 12000
     n_test: int = 1000
+    second_size: int = 96
     steps: int = 300
     batch_size: int = 64
-    lr: float = 2e-3
+    lr: float = 4e-3
     weight_decay: float = 0.05
     models: tuple[str, ...] = FULL_MODELS
     tasks: tuple[str, ...] = TASKS
@@ -84,7 +89,7 @@ class BirdsConfig:
 
 
 def full_config(**overrides) -> BirdsConfig:
-    """The full sweep: 11 models x 2 tasks x 3 seeds (about an hour on 2 idle CPU cores)."""
+    """The full sweep: 15 models x 2 tasks x 3 seeds (about an hour on 2 CPU cores)."""
     return BirdsConfig(**overrides)
 
 
@@ -104,6 +109,7 @@ class RunResult:
     accuracy: float
     train_seconds: float
     parameters: int
+    accuracy_second: float | None = None  # at ``second_size``; None: the model takes one image size only
 
 
 @dataclass
@@ -132,10 +138,11 @@ class Sweep:
     test_sets: dict[str, SplitTensors] = field(default_factory=dict)  # task -> first seed's test split
 
 
-def make_split(cfg: BirdsConfig, task: str, seed: int, split: str) -> SplitTensors:
-    """The ``train`` or ``test`` images of ``task`` for ``seed``, as tensors."""
+def make_split(cfg: BirdsConfig, task: str, seed: int, split: str, size: int | None = None) -> SplitTensors:
+    """The ``train``, ``val`` or ``test`` images of ``task`` for ``seed`` (at side ``size``, default
+    the config's), as tensors. Each split is its own random stream: calibration uses ``val``."""
     n = cfg.n_train if split == "train" else cfg.n_test
-    return SplitTensors.from_data(generate(task, n, seed, size=cfg.image_size, split=split,
+    return SplitTensors.from_data(generate(task, n, seed, size=size or cfg.image_size, split=split,
                                            extra_birds=cfg.extra_birds))
 
 
@@ -160,14 +167,14 @@ def accuracy(model: nn.Module, split: SplitTensors, device: torch.device, batch_
 
 
 def train_model(name: str, task: str, train: SplitTensors, cfg: BirdsConfig, seed: int,
-                device: torch.device) -> tuple[nn.Module, float]:
-    """Train model ``name`` on ``train`` for ``cfg.steps`` steps (times the name's ``-xN`` multiple);
-    returns the model and seconds taken."""
+                device: torch.device, **model_options: Any) -> tuple[nn.Module, float]:
+    """Train model ``name`` (built with ``model_options``) on ``train`` for ``cfg.steps`` steps
+    (times the name's ``-xN`` multiple); returns the model and seconds taken."""
     seed_everything(seed)
     steps = cfg.steps * parse_spec(name).budget
     n_classes = N_CLASSES[task]
     n_aux = N_SPECIES if cfg.species_aux > 0 else 0
-    model = build_model(name, n_classes + n_aux, cfg.image_size).to(device)
+    model = build_model(name, n_classes + n_aux, cfg.image_size, **model_options).to(device)
     cl = prefers_channels_last(model)
     if cl:
         model = model.to(memory_format=torch.channels_last)
@@ -209,13 +216,15 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, log_path: Path | None = No
     for seed in cfg.seeds:
         for task in cfg.tasks:
             train, test = make_split(cfg, task, seed, "train"), make_split(cfg, task, seed, "test")
+            second = make_split(cfg, task, seed, "test", cfg.second_size) if cfg.second_size else None
             sweep.test_sets.setdefault(task, test)
             for name in cfg.models:
                 if progress_bar is not None:
                     progress_bar.set_postfix_str(f"seed {seed} {task} {name}")
                 model, seconds = train_model(name, task, train, cfg, seed, device)
                 acc = accuracy(model, test, device)
-                result = RunResult(name, task, seed, acc, seconds, count_parameters(model))
+                acc_second = accuracy(model, second, device) if second and parse_spec(name).any_size else None
+                result = RunResult(name, task, seed, acc, seconds, count_parameters(model), acc_second)
                 sweep.results.append(result)
                 if log_path is not None:
                     with log_path.open("a") as f:

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import TransformerConfig
 from tokformer.heads import ClassificationHead
+from tokformer.layers import FeedForward
 from tokformer.tokenizers.image import ImagePatchTokenizer
+from tokformer.tokenizers.image_local import LocalPatchTokenizer
 
 # The generator's images are roughly mid-grey with moderate contrast.
 PIXEL_MEAN, PIXEL_STD = 0.5, 0.25
@@ -104,24 +108,26 @@ class GlobalCNN(nn.Module):
 
 
 class BirdTransformer(nn.Module):
-    """tokformer's image patch tokenizer -> embedder -> encoder -> mean-pooled head.
+    """tokformer's image tokenizer -> embedder -> encoder -> mean-pooled head.
 
     The tokenizer normalises pixels and cuts ``patch`` x ``patch`` patches with 2-D sin/cos
     positions (so attention knows which bird is top-right). 8 x 8 patches make a 64-token
     image in which a bird covers about 3 x 3 patches; with 16 x 16 patches a bird's parts
     fall into up to four tokens that must be reassembled, and counting suffered (measured).
-    The head averages the patch tokens, like the CNNs' mean readout; the class token stays as
-    a global scratch token every patch can attend to.
+    ``tokenizer="linear"`` embeds each patch linearly (a plain ViT); ``"local"`` embeds it
+    with a small CNN that sees that patch only (:mod:`tokformer.tokenizers.image_local`), so
+    the locality prior sits in the tokenizer and attention remains the only path between
+    patches. The head averages the patch tokens, like the CNNs' mean readout; the class
+    token stays as a global scratch token every patch can attend to.
     """
 
     def __init__(self, n_classes: int, *, n_layers: int = 2, d_model: int = 64, n_heads: int = 4,
-                 patch: int = 8, image_size: int = 64) -> None:
+                 patch: int = 8, image_size: int = 64, tokenizer: str = "linear", cnn_width: int = 32,
+                 cnn_depth: int = 2) -> None:
         super().__init__()
         self.depth = n_layers
-        self.tokenizer = ImagePatchTokenizer(
-            patch_size=patch, image_size=image_size, class_token=True,
-            mean=(PIXEL_MEAN,) * 3, std=(PIXEL_STD,) * 3,
-        )
+        self.tokenizer = _tokenizer(tokenizer, patch, image_size, class_token=True, cnn_width=cnn_width,
+                                    cnn_depth=cnn_depth)
         cfg = TransformerConfig(d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=2 * d_model,
                                 dropout=0.0, activation="gelu")
         head = ClassificationHead(d_model, n_classes, pool="mean", n_prefix=1)
@@ -135,10 +141,94 @@ class BirdTransformer(nn.Module):
         return self.net(self.tokenizer.batch(images))
 
 
+def _tokenizer(kind: str, patch: int, image_size: int, *, class_token: bool, cnn_width: int,
+               cnn_depth: int) -> ImagePatchTokenizer:
+    """The linear or local (per-patch CNN of ``cnn_width``, ``cnn_depth``) patch tokenizer,
+    normalising with the generator's statistics."""
+    options = dict(patch_size=patch, image_size=image_size, class_token=class_token, resize=False,
+                   mean=(PIXEL_MEAN,) * 3, std=(PIXEL_STD,) * 3)  # resize=False: other sizes stay other sizes
+    if kind == "local":
+        return LocalPatchTokenizer(**options, cnn_width=cnn_width, cnn_depth=cnn_depth)
+    if kind == "linear":
+        return ImagePatchTokenizer(**options)
+    raise ValueError(f"tokenizer must be 'linear' or 'local', got {kind!r}")
+
+
+class TokenMixingBlock(nn.Module):
+    """A Transformer block with attention replaced by one learned ``N x N`` token-mixing matrix.
+
+    ``x + W · norm1(x)`` then the same MLP sub-block as the Transformer's. ``W[i, j]`` says how
+    much token j feeds token i, the same for every image: the mixing is global from the first
+    layer, like attention, but fixed rather than computed from the data, and its parameters
+    grow with N² (attention's with d²). The lecture's Q&A alternative, built to be compared.
+    """
+
+    def __init__(self, n_tokens: int, d_model: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.mix = nn.Parameter(torch.eye(n_tokens) / 2 + torch.randn(n_tokens, n_tokens) * 0.02)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.mlp = FeedForward(d_model, 2 * d_model, activation="gelu")
+
+    def forward(self, x: Tensor) -> Tensor:  # [B, N, d] -> [B, N, d]
+        x = x + torch.einsum("nm,bmd->bnd", self.mix, self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class TokenMixer(nn.Module):
+    """Local tokenizer -> ``n_layers`` token-mixing blocks -> mean of the tokens -> linear head.
+
+    Everything matches the local-tokenizer Transformer (tokenizer, width, MLPs, readout)
+    except how tokens meet: a fixed learned matrix instead of attention. The matrix is
+    ``N x N`` for the training grid, so the model takes images of the training size only.
+    """
+
+    def __init__(self, n_classes: int, *, n_layers: int = 2, d_model: int = 64, patch: int = 8,
+                 image_size: int = 64, cnn_width: int = 32, cnn_depth: int = 2) -> None:
+        super().__init__()
+        self.depth = n_layers
+        self.tokenizer = _tokenizer("local", patch, image_size, class_token=False, cnn_width=cnn_width,
+                                    cnn_depth=cnn_depth)
+        n_tokens = self.tokenizer.grid_size[0] * self.tokenizer.grid_size[1]
+        self.embedder = self.tokenizer.build_embedder(d_model)
+        self.blocks = nn.ModuleList(TokenMixingBlock(n_tokens, d_model) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, n_classes)
+
+    def forward(self, images: Tensor) -> Tensor:  # [B, 3, H, W] -> [B, n_classes]
+        x = self.embedder(self.tokenizer.batch(images))  # [B, N, d]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x).mean(dim=1))
+
+
+class PixelMLP(nn.Module):
+    """The lecture's other extreme: fully connected layers on the raw pixels.
+
+    Every hidden unit sees every pixel from the first layer (global at once), and the first
+    layer's connections grow with the pixel count N times its width (N² if the width
+    followed N). Takes images of the training size only.
+    """
+
+    def __init__(self, n_classes: int, *, depth: int = 2, hidden: int = 256, image_size: int = 64) -> None:
+        super().__init__()
+        self.depth = depth
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = 3 * image_size * image_size
+        for _ in range(depth):
+            layers += [nn.Linear(width, hidden), nn.ReLU()]
+            width = hidden
+        layers.append(nn.Linear(width, n_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, images: Tensor) -> Tensor:  # [B, 3, H, W] -> [B, n_classes]
+        return self.net(_normalise(images))
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    """A parsed model name: family (local, pool, global, transformer), depth, and how many
-    times the sweep's step budget it trains for (``budget``, 1 but for ``-xN`` names)."""
+    """A parsed model name: family, depth, and how many times the sweep's step budget it
+    trains for (``budget``, 1 but for ``-xN`` names)."""
 
     name: str
     family: str
@@ -148,44 +238,80 @@ class ModelSpec:
     @property
     def label(self) -> str:
         """Human-readable name for tables and plots."""
+        layers = f"{self.depth} layer{'s' if self.depth > 1 else ''}"
         label = {
             "local": f"CNN local readout, no pooling, {self.depth} conv",
             "pool": f"CNN local readout, max-pool, {self.depth} conv",
             "global": f"CNN global head (flatten+MLP), {self.depth} conv",
-            "transformer": f"Transformer, {self.depth} layer{'s' if self.depth > 1 else ''}",
+            "transformer": f"Transformer, linear patches, {layers}",
+            "transformer-local": f"Transformer, local CNN tokenizer, {layers}",
+            "mixer": f"Token-mixing matrix, local CNN tokenizer, {layers}",
+            "mlp": f"Fully connected on raw pixels, {self.depth} hidden",
         }[self.family]
         return label + (f", {self.budget}x steps" if self.budget > 1 else "")
 
+    @property
+    def global_view(self) -> bool:
+        """Whether every output sees every pixel (no receptive-field limit)."""
+        return self.family not in ("local", "pool")
 
-_SPEC = re.compile(r"^(local|pool)-d(\d+)$|^(global)$|^(transformer)-l(\d+)(?:-x(\d+))?$")
+    @property
+    def any_size(self) -> bool:
+        """Whether the model takes images of another size than it was trained on. A flattened map
+        (global head, pixel MLP) or an N x N mixing matrix is sized for one image size."""
+        return self.family in ("local", "pool", "transformer", "transformer-local")
+
+
+# The local tokenizer of the sweep, chosen on the validation split (docs/birds/calibration.md): 16 px
+# patches (a bird in at most 2 x 2 tokens; 8 px patches learned both tasks more slowly) and a CNN of
+# three conv + pool stages (16 -> 8 -> 4 -> 2 px maps) of width 16 (width 32 was no better and 3x slower).
+LOCAL_TOKENIZER: dict[str, int] = {"patch": 16, "cnn_depth": 3, "cnn_width": 16}
+
+# family -> (depth letter, default depth); None: the depth must be given
+_FAMILIES: dict[str, tuple[str, int | None]] = {
+    "local": ("d", None), "pool": ("d", None), "global": ("d", 4), "mlp": ("d", 2),
+    "transformer": ("l", None), "transformer-local": ("l", None), "mixer": ("l", None),
+}
+_SPEC = re.compile(r"^(?P<family>[a-z]+(?:-local)?)(?:-(?P<letter>[dl])(?P<depth>\d+))?(?:-x(?P<budget>\d+))?$")
 
 
 def parse_spec(name: str) -> ModelSpec:
-    """``local-d4`` / ``pool-d3`` / ``global`` / ``transformer-l2`` / ``transformer-l2-x4`` -> ModelSpec,
-    or ValueError."""
+    """``local-d4`` / ``pool-d3`` / ``global`` / ``mlp`` / ``transformer-l2`` / ``transformer-local-l2`` /
+    ``mixer-l2``, each optionally ``-xK`` (K times the step budget) -> ModelSpec, or ValueError."""
     match = _SPEC.match(name)
-    if match is None:
-        raise ValueError(f"unknown model {name!r}; use local-dN, pool-dN, global, transformer-lN or transformer-lN-xK")
-    budget = 1
-    if match.group(1):
-        family, depth = match.group(1), int(match.group(2))
-    elif match.group(3):
-        family, depth = "global", 4
-    else:
-        family, depth, budget = "transformer", int(match.group(5)), int(match.group(6) or 1)
+    family = match and match.group("family")
+    if family not in _FAMILIES:
+        raise ValueError(f"unknown model {name!r}; use local-dN, pool-dN, global, mlp, transformer-lN, "
+                         "transformer-local-lN or mixer-lN, optionally followed by -xK (K times the steps)")
+    letter, default = _FAMILIES[family]
+    given = match.group("depth")
+    if (given is None and default is None) or (given is not None and match.group("letter") != letter):
+        raise ValueError(f"model {name!r}: {family} takes a depth as -{letter}N")
+    depth, budget = int(given or default), int(match.group("budget") or 1)
     if depth < 1 or budget < 1:
         raise ValueError(f"model {name!r}: depth and step multiple must be at least 1")
     return ModelSpec(name, family, depth, budget)
 
 
-def build_model(name: str, n_classes: int, image_size: int = 64) -> nn.Module:
-    """A freshly initialised model for spec ``name`` (seed torch first for reproducibility)."""
+def build_model(name: str, n_classes: int, image_size: int = 64, **options: Any) -> nn.Module:
+    """A freshly initialised model for spec ``name`` (seed torch first for reproducibility).
+
+    ``options`` go to the model's constructor (calibration tries e.g. ``patch=16``); the sweep
+    uses the defaults.
+    """
     spec = parse_spec(name)
     if spec.family in ("local", "pool"):
-        return LocalCNN(n_classes, spec.depth, pool=spec.family == "pool", image_size=image_size)
+        return LocalCNN(n_classes, spec.depth, pool=spec.family == "pool", image_size=image_size, **options)
     if spec.family == "global":
-        return GlobalCNN(n_classes, depth=spec.depth, image_size=image_size)
-    return BirdTransformer(n_classes, n_layers=spec.depth, image_size=image_size)
+        return GlobalCNN(n_classes, depth=spec.depth, image_size=image_size, **options)
+    if spec.family == "mlp":
+        return PixelMLP(n_classes, depth=spec.depth, image_size=image_size, **options)
+    if spec.family == "mixer":
+        return TokenMixer(n_classes, n_layers=spec.depth, image_size=image_size, **{**LOCAL_TOKENIZER, **options})
+    if spec.family == "transformer-local":
+        options = {**LOCAL_TOKENIZER, **options}
+        return BirdTransformer(n_classes, n_layers=spec.depth, image_size=image_size, tokenizer="local", **options)
+    return BirdTransformer(n_classes, n_layers=spec.depth, image_size=image_size, **options)
 
 
 def prefers_channels_last(model: nn.Module) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from matplotlib.patches import Rectangle
 
-from tokformer.tasks.birds.attention import attention_maps, corner_attention
+from tokformer.tasks.birds.attention import attention_maps, corner_attention, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, SPECIES, TOP_RIGHT, generate
 from tokformer.tasks.birds.models import BirdTransformer, LocalCNN, parse_spec
 from tokformer.tasks.birds.receptive_field import (
@@ -55,15 +55,21 @@ class ModelRow:
     compare_mean: float
     compare_std: float
     seconds: float
+    budget: int = 1  # times the sweep's step budget
+    count_second: float = math.nan  # mean accuracy at the second image size (NaN: one size only)
+    compare_second: float = math.nan
 
 
-def summarise(results: list[RunResult], name: str, task: str) -> tuple[float, float, float]:
-    """(mean accuracy, std accuracy, mean training seconds) of ``name`` on ``task`` over seeds."""
+def summarise(results: list[RunResult], name: str, task: str) -> tuple[float, float, float, float]:
+    """(mean accuracy, std accuracy, mean training seconds, mean accuracy at the second size) of
+    ``name`` on ``task`` over seeds."""
     runs = [r for r in results if r.model == name and r.task == task]
     if not runs:
-        return math.nan, math.nan, math.nan
+        return math.nan, math.nan, math.nan, math.nan
     accs = np.array([r.accuracy for r in runs])
-    return float(accs.mean()), float(accs.std()), float(np.mean([r.train_seconds for r in runs]))
+    seconds = [r.accuracy_second for r in runs if r.accuracy_second is not None]
+    second = float(np.mean(seconds)) if seconds else math.nan
+    return float(accs.mean()), float(accs.std()), float(np.mean([r.train_seconds for r in runs])), second
 
 
 def table_rows(sweep: Sweep) -> list[ModelRow]:
@@ -84,7 +90,8 @@ def table_rows(sweep: Sweep) -> list[ModelRow]:
         params = next(r.parameters for r in sweep.results if r.model == name)
         seconds = np.nanmean([count[2], compare[2]])
         rows.append(ModelRow(name, spec.label, spec.family, spec.depth, size, both, params,
-                             count[0], count[1], compare[0], compare[1], float(seconds)))
+                             count[0], count[1], compare[0], compare[1], float(seconds), spec.budget,
+                             count[3], compare[3]))
     return rows
 
 
@@ -152,7 +159,7 @@ def plot_accuracy(path: Path, rows: list[ModelRow]) -> None:
                 for r in fam:
                     ax.annotate(f"RF {r.receptive_field}", (r.depth, getattr(r, f"{task}_mean")), fontsize=6,
                                 textcoords="offset points", xytext=(3, -9), color=colour)
-        references = [r for r in rows if r.family in ("global", "transformer")]
+        references = [r for r in rows if r.family not in ("local", "pool")]
         for r, colour in zip(references, REFERENCE_COLOURS * len(references), strict=False):
             value = getattr(r, f"{task}_mean")
             ax.axhline(value, color=colour, linestyle="-.", linewidth=1.2, label=f"{r.label}: {value:.2f}")
@@ -210,24 +217,42 @@ def plot_receptive_fields(path: Path, sweep: Sweep) -> None:
     plt.close(fig)
 
 
-def attention_summary(sweep: Sweep, n_images: int = 200) -> tuple[str, np.ndarray, list] | None:
-    """(model name, ``[layers, heads, 2]`` corner attention, per-layer maps of the first images), or None."""
-    names = [n for n in sweep.config.models if parse_spec(n).family == "transformer"]
+@dataclass
+class AttentionSummary:
+    """Where the analysed Transformer's tokens look, on the comparison test images (first seed).
+
+    corner: ``[layers, heads, 2]`` (top-right bird -> bottom-left bird mass, uniform mass);
+    own: ``[layers, heads, 3]`` (own-bird mass, own-bird mass without self, bird's token share);
+    maps: each layer's ``[3, heads, N, N]`` attention of the first three images.
+    """
+
+    model: str
+    corner: np.ndarray
+    own: np.ndarray
+    maps: list
+
+
+def attention_summary(sweep: Sweep, n_images: int = 200) -> AttentionSummary | None:
+    """Attention statistics of the deepest Transformer at the common budget (local tokenizer
+    preferred), or None without a Transformer or comparison task."""
+    names = [n for n in sweep.config.models if parse_spec(n).family in ("transformer", "transformer-local")]
     if not names or ("compare" not in sweep.test_sets):
         return None
-    name = names[-1]  # the deepest Transformer
+    rank = lambda n: (parse_spec(n).budget == 1, parse_spec(n).family == "transformer-local", parse_spec(n).depth)
+    name = max(names, key=rank)
     model: BirdTransformer = sweep.models[(name, "compare")]
     test = sweep.test_sets["compare"]
     indices = np.arange(min(n_images, len(test.labels)))
     maps = attention_maps(model, test.images[indices].float() / 255)
-    stats = corner_attention(maps, test.meta, indices, model.tokenizer.patch_size)
-    return name, stats, [m[:3] for m in maps]
+    patch = model.tokenizer.patch_size
+    return AttentionSummary(name, corner_attention(maps, test.meta, indices, patch),
+                            own_bird_attention(maps, test.meta, indices, patch), [m[:3] for m in maps])
 
 
-def plot_attention(path: Path, sweep: Sweep, summary: tuple[str, np.ndarray, list]) -> None:
+def plot_attention(path: Path, sweep: Sweep, summary: AttentionSummary) -> None:
     """Where a top-right-bird token looks, per layer (head with the most top-right -> bottom-left
     attention), and where the class token looks in the last layer, for three test images."""
-    name, stats, maps = summary
+    name, stats, maps = summary.model, summary.corner, summary.maps
     model: BirdTransformer = sweep.models[(name, "compare")]
     test = sweep.test_sets["compare"]
     patch, grid = model.tokenizer.patch_size, model.grid_size
@@ -288,27 +313,45 @@ def _aux_text(cfg) -> str:
             "alone is a sample-efficiency problem, separate from the receptive-field question asked here.")
 
 
+def _second_text(cfg) -> str:
+    if not cfg.second_size:
+        return ""
+    return (f"Every model is also tested, unchanged, on {cfg.second_size}x{cfg.second_size} test images (birds keep "
+            "their share of the image); models sized for one image size cannot run there.")
+
+
 def _pm(mean: float, std: float) -> str:
     return "—" if math.isnan(mean) else f"{mean:.3f} ± {std:.3f}"
 
 
-def results_table(rows: list[ModelRow]) -> str:
+def _acc(value: float) -> str:
+    return "—" if math.isnan(value) else f"{value:.3f}"
+
+
+def results_table(rows: list[ModelRow], second_size: int) -> str:
+    second = f" at {second_size} px: counting / comparison |" if second_size else ""
     lines = [
         "| model | layers | receptive field (px) | one unit sees both birds | parameters | counting acc | "
-        "comparison acc | train time / run (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"comparison acc |{second} train time / run (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if second_size else "") + "---:|",
     ]
     for r in rows:
         rf = "whole image" if r.receptive_field is None else str(r.receptive_field)
+        other = ""
+        if second_size:
+            transfer = math.isnan(r.count_second) and math.isnan(r.compare_second)
+            other = " cannot run (sized for one image) |" if transfer else \
+                f" {_acc(r.count_second)} / {_acc(r.compare_second)} |"
         lines.append(f"| {r.label} | {r.depth} | {rf} | {100 * r.both_birds:.0f}% | {r.parameters:,} | "
-                     f"{_pm(r.count_mean, r.count_std)} | {_pm(r.compare_mean, r.compare_std)} | {r.seconds:.0f} |")
+                     f"{_pm(r.count_mean, r.count_std)} | {_pm(r.compare_mean, r.compare_std)} |{other} "
+                     f"{r.seconds:.0f} |")
     return "\n".join(lines)
 
 
-def findings(rows: list[ModelRow], attention: tuple[str, np.ndarray, list] | None) -> list[str]:
+def findings(rows: list[ModelRow], attention: AttentionSummary | None) -> list[str]:
     """Plain statements computed from the numbers, whatever they are."""
     out = []
-    local = [r for r in rows if r.family in ("local", "pool")]
+    local = [r for r in rows if r.family in ("local", "pool") and r.budget == 1]
     blind = [r for r in local if r.both_birds == 0]
     seeing = [r for r in local if r.both_birds > 0]
     if local:
@@ -322,17 +365,65 @@ def findings(rows: list[ModelRow], attention: tuple[str, np.ndarray, list] | Non
         parts = ", ".join(f"{r.model} {r.compare_mean:.2f} (sees both in {100 * r.both_birds:.0f}%)" for r in seeing)
         out.append(f"Comparison, local-readout CNNs whose receptive field can hold both birds: {parts}.")
     for r in rows:
-        if r.family in ("global", "transformer"):
+        if r.family not in ("local", "pool"):
             out.append(f"{r.label}: counting {r.count_mean:.2f}, comparison {r.compare_mean:.2f}.")
+    out += _ranking(rows)
+    out += _transfer(rows)
     if attention is not None:
-        name, stats, _ = attention
-        for layer in range(stats.shape[0]):
-            head = int(stats[layer, :, 0].argmax())
-            mass, uniform = stats[layer, head]
-            out.append(f"{name}, layer {layer + 1}: in its most long-range head (head {head + 1}), tokens of the "
-                       f"top-right bird put {100 * mass:.1f}% of their attention on the bottom-left bird's tokens "
-                       f"(uniform attention would give {100 * uniform:.1f}%; all heads: "
-                       f"{', '.join(f'{100 * m:.1f}%' for m in stats[layer, :, 0])}).")
+        out += _attention_findings(attention)
+    return out
+
+
+def _ranking(rows: list[ModelRow]) -> list[str]:
+    """Where the best Transformer at the common budget stands against every CNN at that budget."""
+    same = [r for r in rows if r.budget == 1]
+    vits = [r for r in same if r.family in ("transformer", "transformer-local")]
+    cnns = [r for r in same if r.family in ("local", "pool", "global")]
+    if not vits or not cnns:
+        return []
+    out = []
+    for task, title in (("count", "counting"), ("compare", "comparison")):
+        vit = max(vits, key=lambda r: getattr(r, f"{task}_mean"))
+        cnn = max(cnns, key=lambda r: getattr(r, f"{task}_mean"))
+        a, b = getattr(vit, f"{task}_mean"), getattr(cnn, f"{task}_mean")
+        verdict = "above" if a > b else "below" if a < b else "level with"
+        out.append(f"At the common budget, {title}: the best Transformer ({vit.label}, {a:.3f}) is {verdict} "
+                   f"the best CNN ({cnn.label}, {b:.3f}).")
+    return out
+
+
+def _transfer(rows: list[ModelRow]) -> list[str]:
+    """What happens at the second image size."""
+    runs = [r for r in rows if not math.isnan(r.compare_second) or not math.isnan(r.count_second)]
+    fixed = [r.model for r in rows if r.family in ("global", "mlp", "mixer")]
+    out = []
+    if fixed:
+        out.append("At the second image size, " + ", ".join(fixed) + " cannot run at all: a flattened map, a "
+                   "pixel MLP and an N x N mixing matrix are sized for the training image.")
+    for r in runs:
+        if r.family in ("transformer", "transformer-local"):
+            out.append(f"{r.label} runs unchanged at the second size (more tokens, same weights): counting "
+                       f"{r.count_second:.2f} (was {r.count_mean:.2f}), comparison {r.compare_second:.2f} "
+                       f"(was {r.compare_mean:.2f}).")
+    return out
+
+
+def _attention_findings(attention: AttentionSummary) -> list[str]:
+    out = []
+    name, stats, own = attention.model, attention.corner, attention.own
+    for layer in range(stats.shape[0]):
+        head = int(stats[layer, :, 0].argmax())
+        mass, uniform = stats[layer, head]
+        out.append(f"{name}, layer {layer + 1}: in its most long-range head (head {head + 1}), tokens of the "
+                   f"top-right bird put {100 * mass:.1f}% of their attention on the bottom-left bird's tokens "
+                   f"(uniform attention would give {100 * uniform:.1f}%; all heads: "
+                   f"{', '.join(f'{100 * m:.1f}%' for m in stats[layer, :, 0])}).")
+    for layer in range(own.shape[0]):
+        mean = own[layer].mean(axis=0)  # over heads: own, own without self, share
+        best = int(own[layer, :, 1].argmax())
+        out.append(f"{name}, layer {layer + 1}: a compared bird's tokens put {100 * mean[0]:.1f}% of their "
+                   f"attention on their own bird ({100 * mean[1]:.1f}% on its other tokens; head {best + 1}: "
+                   f"{100 * own[layer, best, 1]:.1f}%), where the bird holds {100 * mean[2]:.1f}% of the tokens.")
     return out
 
 
@@ -397,7 +488,12 @@ shapes (half of them in bird colours) and pixel noise. Each quadrant holds at mo
 {cfg.n_train} training and {cfg.n_test} held-out test images per task and seed; the test set comes from
 an independent random stream. Every model gets the same budget: {cfg.steps} AdamW steps of
 {cfg.batch_size} images, lr {cfg.lr} (warmup + cosine), weight decay {cfg.weight_decay}; seeds {seeds}.
-Rows marked *N*x steps train the same model *N* times as many steps (the schedule stretched to fit).
+Rows marked *N*x steps train the same model *N* times as many steps (the schedule stretched to fit);
+they are given to the strongest CNN and to the Transformer alike, and compared only with each other.
+{_second_text(cfg)}
+Calibration (the budget, the learning rate, the Transformer's patch size and the local tokenizer's
+CNN) used a validation split, a random stream of its own, never a reported test set: see
+[calibration.md](calibration.md) beside this report when it is there (`benchmarks/birds_calibration.py`).
 
 ![samples](samples.png)
 
@@ -412,15 +508,25 @@ Rows marked *N*x steps train the same model *N* times as many steps (the schedul
   some output unit's analytic RF contains both birds' centres.
 - **CNN, global head**: 4 conv + max-pool layers (32 channels), then flatten + MLP: every logit sees
   every pixel. A stronger, non-local baseline, reported separately.
-- **Transformer**: tokformer's image patch tokenizer ({patch}x{patch} patches, so {tokens} patch tokens, 2-D
-  sin/cos positions, plus a class token) → shared pre-norm encoder (d_model {d_model}, {heads} heads) →
-  mean of the patch tokens → linear head. Every token attends to every other from the first layer.
+- **Transformer, linear patches**: tokformer's image patch tokenizer ({patch}x{patch} patches, so {tokens} patch
+  tokens, 2-D sin/cos positions, plus a class token) → shared pre-norm encoder (d_model {d_model}, {heads} heads)
+  → mean of the patch tokens → linear head. Every token attends to every other from the first layer.
+- **Transformer, local CNN tokenizer**: the same, but each patch token is computed by a small CNN
+  (two 3x3 conv + ReLU + 2x2 max-pool stages, then a linear map) that sees **its own patch only**
+  (`tokformer.tokenizers.image_local`; the tests check that a token's gradient is exactly zero on
+  every pixel outside its patch). The locality prior sits in the tokenizer; attention remains the
+  only path between patches, so between the two corners.
+- **Token-mixing matrix**: the local-tokenizer Transformer with attention replaced by one learned
+  {tokens}x{tokens} matrix per layer (`x + W · norm(x)`, the same for every image): global mixing from the first
+  layer, but fixed instead of computed from the data, with parameters growing as N² (attention's as d²).
+- **Fully connected on raw pixels**: two hidden layers of 256 units on the {3 * cfg.image_size ** 2} pixel values:
+  global at once, with a first layer that grows with the pixel count.
 
 **Training signal.** {_aux_text(cfg)}
 
 ## Results
 
-{results_table(rows)}
+{results_table(rows, cfg.second_size)}
 
 Accuracies: held-out test set, mean ± std over {len(seeds_done)} seed(s). Training time: mean
 wall-clock seconds per training run on this machine.
