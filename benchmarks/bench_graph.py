@@ -48,6 +48,7 @@ import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy  # noqa: E402
 import torch  # noqa: E402
+from machine import cpu_model, load_average  # noqa: E402
 
 from tokformer.tasks.graph import GraphConfig, GraphTask  # noqa: E402
 from tokformer.tokenizers.graph import GraphTokenizer  # noqa: E402
@@ -233,12 +234,7 @@ def tokenize_part(args: argparse.Namespace) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    if Path("/proc/cpuinfo").exists():
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    cpu, load = cpu_model(), load_average()
     return (f"Machine: {cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s); load average "
             f"(1, 5, 15 min) {load} when the table was written; torch {torch.__version__}, numpy {np.__version__}, "
             f"scipy {scipy.__version__}, networkx {nx.__version__}, Python {platform.python_version()}")

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
 import torch
+from machine import cpu_model, load_average
 
 from tokformer.tasks.birds.experiment import BirdsConfig, accuracy, make_split, train_model
+from tokformer.tasks.birds.models import parse_spec
 
 # group -> variants: (task, model spec, BirdsConfig overrides, model constructor options). These are the
 # runs the sweep's choices rest on; docs/birds/calibration.md holds their numbers.
@@ -70,12 +71,8 @@ TASKS = ("count", "compare")
 
 def machine_line() -> str:
     """CPU model, torch version, threads and load average: every row says where it ran."""
-    cpuinfo = Path("/proc/cpuinfo")
-    models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-              if line.startswith("model name")] if cpuinfo.exists() else []
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").exists() else "?"
-    return (f"{models[0] if models else platform.machine()}, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} thread(s), load average {load}")
+    threads = torch.get_num_threads()
+    return f"{cpu_model()}, torch {torch.__version__}, {threads} thread(s), load average {load_average()}"
 
 
 def render(rows: list[dict], path: Path) -> None:
@@ -113,7 +110,8 @@ def main() -> None:
         for group, _, model, overrides, options in runs:
             cfg = BirdsConfig(**overrides)
             trained, seconds = train_model(model, task, train, cfg, 0, torch.device("cpu"), **options)
-            row = dict(group=group, task=task, model=model, options=options, steps=cfg.steps, lr=cfg.lr,
+            steps = cfg.steps * parse_spec(model).budget
+            row = dict(group=group, task=task, model=model, options=options, steps=steps, lr=cfg.lr,
                        accuracy=accuracy(trained, val, torch.device("cpu")), seconds=seconds,
                        machine=machine_line(), time=time.strftime("%Y-%m-%d %H:%M"))
             print(json.dumps(row), flush=True)

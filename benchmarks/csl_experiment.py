@@ -35,6 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
+from machine import cpu_model, load_average
 
 #: short name -> (what the table calls it, graph-task options)
 SETTINGS: dict[str, tuple[str, dict[str, object]]] = {
@@ -96,12 +97,7 @@ def parameters(setting: str) -> int:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    if Path("/proc/cpuinfo").exists():
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    cpu, load = cpu_model(), load_average()
     return (f"{cpu}, {os.cpu_count()} cores, 1 thread per run; load average {load} at the end; "
             f"torch {torch.__version__}, Python {platform.python_version()}")
 

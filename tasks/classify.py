@@ -251,7 +251,10 @@ class ClassifyTask(Task):
             self._vit_spec = task._vit_spec
             self._init_record = {"vit_spec": _spec_dict(task._vit_spec)}
         else:
-            self._init_record = {"config": {name: getattr(task.config, name) for name in ARCH_FIELDS}}
+            shape = {name: getattr(task.config, name) for name in ARCH_FIELDS}
+            # the saved tokenizer decides (a run made before the tokenizer option has a linear one)
+            shape["tokenizer"] = "local" if isinstance(task.tokenizer, LocalPatchTokenizer) else "linear"
+            self._init_record = {"config": shape}
             self.config = dataclasses.replace(self.config, **self._init_record["config"])
         self.tokenizer = task.tokenizer
         self._init_state = model.state_dict()

@@ -275,6 +275,9 @@ class GraphTask(Task):
         without sign flips (2 graphs of different sizes, so the traced batch and node dimensions
         stay dynamic). Node attributes, if the model reads any, get a known value each."""
         tok = self.tokenizer
+        if tok.needs_edges:  # a traced graph would fix the edge count (and the sparse kernel's scatter sizes)
+            raise ConfigError("graph models that read edges (position_reader=signnet, learn_bias, attention=sparse) "
+                              "do not export to ONNX or torch.export yet; export --format folder keeps them")
         graphs = [nx.cycle_graph(5), nx.path_graph(7)]
         for name in tok.node_attributes:
             known = tok.categories.get(name)  # None: a numeric attribute

@@ -52,6 +52,7 @@ from tokformer.weights import init_weights
 
 UNIGRAM = "unigram model of the training split (add-one smoothed token frequencies)"
 CORPUS_DIR = "corpus"
+SHARDS_RECORD = "shards.json"  # a run on prepared shards: the index it started on
 # The shape an init_from model gave a run: the run rebuilds its model from this, never from the
 # init_from source, which may be gone by then.
 INIT_FILE = "init_from.json"
@@ -180,18 +181,33 @@ class LMTask(Task):
         ``run_dir``; a resumed run checks that its tokenizer is still the shards' one."""
         corpus = lm_shards.ShardedCorpus(shards, self.config.val_fraction)
         if self.tokenizer is None:  # a new run (resume and init_from brought one)
+            if self.config.tokenizer:  # allowed when it is the shards' own; every rank checks, so none waits alone
+                given = lm_data.load_tokenizer(self.config.tokenizer)
+                corpus.check_tokenizer(given, f"tokenizer {self.config.tokenizer}")
             if dist.is_main:
-                if self.config.tokenizer:  # allowed when it is the shards' own
-                    given = lm_data.load_tokenizer(self.config.tokenizer)
-                    corpus.check_tokenizer(given, f"tokenizer {self.config.tokenizer}")
                 corpus.tokenizer().save(run_dir / TOKENIZER_DIR)
             barrier(dist)
             self.tokenizer = BPETokenizer.load(run_dir / TOKENIZER_DIR)
         source = f"init_from {self.config.init_from}" if self.config.init_from else f"the tokenizer of {run_dir}"
         corpus.check_tokenizer(self.tokenizer, source)
+        self._check_same_shards(run_dir, dist, shards, corpus)
         log.info("corpus: %d shards, %d tokens (%d held out)", len(corpus.index.shards), corpus.index.tokens,
                  corpus.index.tokens - corpus.eval_start)
         self.corpus = corpus
+
+    def _check_same_shards(self, run_dir: Path, dist: Dist, shards: Path,
+                           corpus: lm_shards.ShardedCorpus) -> None:
+        """The run keeps a copy of the shard index it started on; a resumed run must find the same
+        one, or its window order (a permutation of the windows the shards hold) would silently change."""
+        record = run_dir / SHARDS_RECORD
+        index = json.loads(json.dumps(dataclasses.asdict(corpus.index)))  # as read back: lists, not tuples
+        if not record.is_file():
+            if dist.is_main:
+                ckpt.write_json_atomic(record, index)
+            barrier(dist)
+        elif read_json(record) != index:
+            raise ConfigError(f"{shards} was prepared again since {run_dir} started (its shard index differs from "
+                              f"{record}); resuming needs the same shards, or start a new run")
 
     def _pack(self, run_dir: Path, corpus_dir: Path) -> None:
         """Encode the corpus into ``corpus_dir``, training (and saving) the tokenizer first if needed."""

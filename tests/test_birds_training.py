@@ -21,7 +21,7 @@ def test_transformer_beats_chance_on_comparison() -> None:
 def test_local_tokenizer_transformer_learns_the_comparison_at_the_common_budget() -> None:
     """The sweep's claim in miniature: at the common budget (300 steps, lr 4e-3) the local-tokenizer
     Transformer compares far-apart birds well above chance (0.74 on the validation split in
-    calibration; the linear-patch Transformer stays near 0.6 at this budget)."""
+    calibration, docs/birds/calibration.md)."""
     cfg = BirdsConfig(n_test=1000)
     train, test = make_split(cfg, "compare", 0, "train"), make_split(cfg, "compare", 0, "test")
     model, _ = train_model("transformer-local-l2", "compare", train, cfg, seed=0, device=torch.device("cpu"))

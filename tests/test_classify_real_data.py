@@ -44,4 +44,4 @@ def test_defaults_reach_the_pixel_logistic_regression_on_real_digits(tmp_path: P
     model = report["metrics"]["accuracy"]
     linear = next(v["accuracy"] for k, v in report["baselines"].items() if k.startswith("logistic regression"))
     assert linear > 0.9  # the bar is high on these data: a weak baseline would make the test meaningless
-    assert model >= linear - 0.006, f"classify defaults {model:.3f} vs pixel logistic regression {linear:.3f}"
+    assert model >= linear, f"classify defaults {model:.3f} vs pixel logistic regression {linear:.3f}"

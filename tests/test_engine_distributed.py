@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
+from tiny import torchrun_sort
 
 from tokformer.engine import train
 from tokformer.engine.checkpoint import list_checkpoints, step_dir
@@ -33,15 +34,7 @@ def test_two_processes_match_one(tmp_path):
         torch.set_num_threads(before)
 
     run = tmp_path / "two"
-    args = ["train", "sort", "--quiet", "--steps", str(STEPS), "--run-dir", str(run)]
-    args += [a for k, v in TASK.items() for a in ("-o", f"{k}={v}")]
-    args += [a for k, v in ENGINE.items() for a in (f"--{k.replace('_', '-')}", str(v))]
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "tokformer.cli", *args],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = torchrun_sort(run, TASK, ENGINE, steps=STEPS)
     assert done.stdout.count("done: 6 steps") == 1, "only rank 0 reports"
 
     one, two = (load_file(step_dir(r, STEPS) / "model.safetensors") for r in (single.run_dir, run))

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from tiny import torchrun_cli, torchrun_sort
 from torch.distributed.fsdp import FSDPModule
 
 from tokformer.batch import TokenBatch
@@ -43,16 +44,7 @@ STEPS = 20
 
 def torchrun(run: Path, *extra: str, steps: int = STEPS) -> subprocess.CompletedProcess:
     """`tokformer train sort` with 2 CPU processes (gloo), deterministic, one thread each."""
-    args = ["train", "sort", "--quiet", "--steps", str(steps), "--run-dir", str(run), "--deterministic", *extra]
-    args += [a for k, v in TASK.items() for a in ("-o", f"{k}={v}")]
-    args += [a for k, v in ENGINE.items() for a in (f"--{k.replace('_', '-')}", str(v))]
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "tokformer.cli", *args],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
+    return torchrun_sort(run, TASK, ENGINE, "--deterministic", *extra, steps=steps)
 
 
 def train_losses(run: Path) -> dict[int, float]:
@@ -181,6 +173,17 @@ def test_fsdp_with_activation_checkpointing_matches_ddp(ddp_run, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not dist.is_gloo_available(), reason="needs the gloo backend")
+@pytest.mark.slow  # a torchrun job of its own
+def test_a_ddp_run_resumes_under_fsdp_with_the_same_losses(ddp_run, tmp_path):
+    """Two processes: DDP's whole checkpoint at step 10 becomes sharded weights and AdamW state."""
+    run = shutil.copytree(ddp_run, tmp_path / "run")
+    shutil.rmtree(ckpt.step_dir(run, STEPS))
+    torchrun_cli("train", "--resume", str(run), "--strategy", "fsdp", "--quiet")  # a changed option: --resume
+    resumed, straight = train_losses(run), train_losses(ddp_run)
+    assert resumed.keys() == straight.keys()
+    assert all(abs(resumed[k] - straight[k]) <= 1e-5 for k in straight), "losses after a DDP -> FSDP resume"
+
+
 def test_fsdp_resume_under_torchrun_is_bitwise_exact(fsdp_run, tmp_path):
     run = shutil.copytree(fsdp_run, tmp_path / "run")
     shutil.rmtree(ckpt.step_dir(run, STEPS))  # killed after step 10's checkpoint: rerun the command

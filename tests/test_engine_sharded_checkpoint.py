@@ -73,8 +73,9 @@ def test_resuming_a_sharded_run_is_bitwise_exact(run, tmp_path):
     assert all(torch.equal(moments[0][name]["exp_avg"], moments[1][name]["exp_avg"]) for name in moments[0])
 
 
-def test_a_ddp_checkpoint_resumes_as_sharded_and_back(tmp_path):
-    """The strategy is a training option: --resume may change it, the next checkpoint takes its format."""
+def test_resume_may_change_the_strategy_and_the_checkpoint_format_follows(tmp_path):
+    """The strategy is a training option: --resume may change it, the next checkpoint takes its format
+    (one process; the 2-process DDP -> FSDP resume, with sharded optimizer state, is in test_engine_fsdp)."""
     run = train("sort", quiet=True, steps=4, run_dir=str(tmp_path / "run"), **{**TINY, "strategy": "ddp"}).run_dir
     assert (ckpt.step_dir(run, 4) / "model.safetensors").exists()
     train(resume=run, quiet=True, steps=8, strategy="fsdp")

@@ -128,3 +128,14 @@ def test_csl_eigenvectors_alone_beat_chance() -> None:
                        batch_size=30, lr=3e-3, warmup_steps=10, weight_decay=0.0, eval_every=100, log_every=100,
                        device="cpu", seed=0)
     assert result.metrics["accuracy"] >= 0.5  # chance is 0.1
+
+
+@pytest.mark.parametrize("options", [{"position_reader": "signnet"}, {"learn_bias": True, "attention": "mask"},
+                                     {"attention": "sparse"}])
+def test_models_that_read_edges_refuse_traced_export_in_one_line(options) -> None:
+    """Their edge count would be a traced constant: an ONNX file that fails on the next graph."""
+    from tokformer.errors import ConfigError
+    from tokformer.tasks.graph import GraphConfig, GraphTask
+
+    with pytest.raises(ConfigError, match="do not export to ONNX"):
+        GraphTask(GraphConfig(**options)).export_example()

@@ -141,3 +141,18 @@ def test_a_resumed_run_refuses_shards_remade_with_another_tokenizer(text_dir, tm
     lm_shards.prepare_lm(str(text_dir), shards, vocab_size=280, workers=1, overwrite=True, show_progress=False)
     result = invoke("train", "--resume", run, "--steps", 4, "--quiet")
     assert_one_line_error(result, "is not the tokenizer the shards in")
+
+
+def test_a_resumed_run_refuses_shards_remade_from_other_text(text_dir, tmp_path):
+    """Same tokenizer, more text: the window order would silently change, so resume says so."""
+    text, shards = tmp_path / "text", tmp_path / "s"
+    shutil.copytree(text_dir, text)
+    lm_shards.prepare_lm(str(text), shards, vocab_size=300, workers=1, show_progress=False)
+    run = train("lm", data=str(shards), steps=2, eval_every=2, run_dir=str(tmp_path / "run"), **MODEL).run_dir
+    resumed = invoke("train", "--resume", run, "--steps", 3, "--quiet")  # the same shards: resumes
+    assert resumed.exit_code == 0, resumed.output
+    (text / "more.txt").write_text("def more(x):\n    return x + 1\n" * 50)
+    lm_shards.prepare_lm(str(text), shards, tokenizer=str(shards / "tokenizer"), workers=1, overwrite=True,
+                         show_progress=False)
+    result = invoke("train", "--resume", run, "--steps", 4, "--quiet")
+    assert_one_line_error(result, "was prepared again since")

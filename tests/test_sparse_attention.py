@@ -73,10 +73,10 @@ def test_prepend_global_lists_each_pair_once() -> None:
     assert pattern.mask.shape == (3, 11) and pattern.mask[:, :2].all()
 
 
-def _graph_model(attention: str, n_registers: int) -> tuple[GraphTask, torch.nn.Module]:
+def _graph_model(attention: str, n_registers: int, learn_bias: bool) -> tuple[GraphTask, torch.nn.Module]:
     torch.manual_seed(0)
     cfg = GraphConfig(d_model=16, n_heads=2, n_layers=2, k=4, eigenvalues=False, attention=attention,
-                      n_registers=n_registers, position_reader="signnet", signnet_width=4, learn_bias=True)
+                      n_registers=n_registers, position_reader="signnet", signnet_width=4, learn_bias=learn_bias)
     task = GraphTask(cfg)
     task.classes = ["a", "b", "c"]
     model = task.build_model()
@@ -86,14 +86,15 @@ def _graph_model(attention: str, n_registers: int) -> tuple[GraphTask, torch.nn.
     return task, model
 
 
+@pytest.mark.parametrize("learn_bias", [True, False])
 @pytest.mark.parametrize("n_registers", [0, 2])
-def test_graph_model_sparse_equals_mask(n_registers: int) -> None:
+def test_graph_model_sparse_equals_mask(n_registers: int, learn_bias: bool) -> None:
     """Same weights, attention=sparse vs attention=mask: the same logits and gradients, on a
     batch of graphs of different sizes (padding), with the graph token and registers as global tokens."""
     graphs = [nx.petersen_graph(), nx.path_graph(4), nx.lollipop_graph(4, 3)]
     results = []
     for attention in ("mask", "sparse"):
-        task, model = _graph_model(attention, n_registers)
+        task, model = _graph_model(attention, n_registers, learn_bias)
         batch = task.tokenizer.batch(graphs)
         logits = model(batch)
         grads = torch.autograd.grad(logits.square().sum(), list(model.parameters()))

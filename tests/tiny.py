@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 # Two optimizer steps of a model as small as each task allows: enough to write every artifact.
@@ -27,3 +32,22 @@ def randomised(model: torch.nn.Module) -> torch.nn.Module:
             around_one = p.dim() == 1 and ("norm" in name or "gamma" in name)
             p.copy_((1.0 if around_one else 0.0) + torch.randn(p.shape, generator=g) * 0.1)
     return model.eval()
+
+
+def torchrun_cli(*args: str) -> subprocess.CompletedProcess:
+    """``tokformer ARGS`` with 2 CPU processes (gloo) under torchrun, one thread each; asserts it ran."""
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "tokformer.cli", *args],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def torchrun_sort(run: Path, task: dict, engine: dict, *extra: str, steps: int) -> subprocess.CompletedProcess:
+    """`tokformer train sort` with 2 CPU processes (gloo) under torchrun (:func:`torchrun_cli`)."""
+    args = ["train", "sort", "--quiet", "--steps", str(steps), "--run-dir", str(run), *extra]
+    args += [a for k, v in task.items() for a in ("-o", f"{k}={v}")]
+    args += [a for k, v in engine.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+    return torchrun_cli(*args)

@@ -28,7 +28,7 @@ def attention_maps(model: BirdTransformer, images: Tensor) -> list[Tensor]:
     was_training = model.training
     model.eval()
     try:
-        model(images)
+        model(images.to(next(model.parameters()).device))
     finally:
         for hook in hooks:
             hook.remove()
@@ -36,7 +36,7 @@ def attention_maps(model: BirdTransformer, images: Tensor) -> list[Tensor]:
     maps = []
     for qkv, block in zip(captured, blocks, strict=True):
         q, k, _ = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=block.attn.n_heads)
-        maps.append(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1))  # [B, H, N, N]
+        maps.append(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1).cpu())  # [B, H, N, N]
     return maps
 
 

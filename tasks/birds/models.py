@@ -111,9 +111,10 @@ class BirdTransformer(nn.Module):
     """tokformer's image tokenizer -> embedder -> encoder -> mean-pooled head.
 
     The tokenizer normalises pixels and cuts ``patch`` x ``patch`` patches with 2-D sin/cos
-    positions (so attention knows which bird is top-right). 8 x 8 patches make a 64-token
-    image in which a bird covers about 3 x 3 patches; with 16 x 16 patches a bird's parts
-    fall into up to four tokens that must be reassembled, and counting suffered (measured).
+    positions (so attention knows which bird is top-right). With linear patches, 8 x 8 patches
+    (a 64-token image, a bird over about 3 x 3 patches) counted better than 16 x 16 ones, whose
+    parts a linear embedding must reassemble (measured in the first version); the local CNN
+    tokenizer reads a 16 x 16 patch well and does better with it (:data:`LOCAL_TOKENIZER`).
     ``tokenizer="linear"`` embeds each patch linearly (a plain ViT); ``"local"`` embeds it
     with a small CNN that sees that patch only (:mod:`tokformer.tokenizers.image_local`), so
     the locality prior sits in the tokenizer and attention remains the only path between

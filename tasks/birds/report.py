@@ -23,7 +23,7 @@ from matplotlib.patches import Rectangle
 
 from tokformer.tasks.birds.attention import attention_maps, corner_attention, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, SPECIES, TOP_RIGHT, generate
-from tokformer.tasks.birds.models import BirdTransformer, LocalCNN, parse_spec
+from tokformer.tasks.birds.models import LOCAL_TOKENIZER, BirdTransformer, LocalCNN, parse_spec
 from tokformer.tasks.birds.receptive_field import (
     analytic_receptive_field,
     centre_unit,
@@ -457,6 +457,8 @@ def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str
     vit = BirdTransformer.__init__.__kwdefaults__  # the Transformer's shape, as the sweep builds it
     patch, d_model, heads = vit["patch"], vit["d_model"], vit["n_heads"]
     tokens = (cfg.image_size // patch) ** 2
+    local_patch = LOCAL_TOKENIZER["patch"]
+    local_tokens = (cfg.image_size // local_patch) ** 2
     attention_section = (
         "![attention](attention.png)\n\nAttention weights are recomputed from each layer's `qkv` projection "
         "(softmax(q kᵀ/√d) per head) on the comparison test set."
@@ -511,14 +513,15 @@ CNN) used a validation split, a random stream of its own, never a reported test 
 - **Transformer, linear patches**: tokformer's image patch tokenizer ({patch}x{patch} patches, so {tokens} patch
   tokens, 2-D sin/cos positions, plus a class token) → shared pre-norm encoder (d_model {d_model}, {heads} heads)
   → mean of the patch tokens → linear head. Every token attends to every other from the first layer.
-- **Transformer, local CNN tokenizer**: the same, but each patch token is computed by a small CNN
-  (two 3x3 conv + ReLU + 2x2 max-pool stages, then a linear map) that sees **its own patch only**
+- **Transformer, local CNN tokenizer**: the same, but with {local_patch}x{local_patch} patches ({local_tokens} tokens),
+  each computed by a small CNN ({LOCAL_TOKENIZER["cnn_depth"]} stages of 3x3 conv + ReLU + 2x2 max-pool, width
+  {LOCAL_TOKENIZER["cnn_width"]} doubling per stage, then a linear map) that sees **its own patch only**
   (`tokformer.tokenizers.image_local`; the tests check that a token's gradient is exactly zero on
   every pixel outside its patch). The locality prior sits in the tokenizer; attention remains the
   only path between patches, so between the two corners.
 - **Token-mixing matrix**: the local-tokenizer Transformer with attention replaced by one learned
-  {tokens}x{tokens} matrix per layer (`x + W · norm(x)`, the same for every image): global mixing from the first
-  layer, but fixed instead of computed from the data, with parameters growing as N² (attention's as d²).
+  {local_tokens}x{local_tokens} matrix per layer (`x + W · norm(x)`, the same for every image): global mixing from
+  the first layer, but fixed instead of computed from the data, with parameters growing as N² (attention's as d²).
 - **Fully connected on raw pixels**: two hidden layers of 256 units on the {3 * cfg.image_size ** 2} pixel values:
   global at once, with a first layer that grows with the pixel count.
 

@@ -71,10 +71,6 @@ def shard_model(model: nn.Module, d: Dist, precision: str) -> int:
     return len(blocks) + 1
 
 
-def is_sharded(model: nn.Module) -> bool:
-    return isinstance(model, FSDPModule)
-
-
 def _units(model: nn.Module) -> list[FSDPModule]:
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
@@ -102,7 +98,8 @@ def gathered(model: nn.Module) -> Iterator[None]:
     finally:
         for unit in units:
             unit.reshard()
-            unit.set_reshard_after_forward(True, recurse=False)
+            # fully_shard keeps the root gathered after forward (backward needs it at once): restore that
+            unit.set_reshard_after_forward(unit is not model, recurse=False)
 
 
 def full(value: torch.Tensor) -> torch.Tensor:

@@ -92,13 +92,14 @@ def save_sharded_checkpoint(run_dir: Path, step: int, model: nn.Module, optimize
     if made[1] is not None:
         raise ckpt.write_failed(run_dir, step, made[1])
     tmp = Path(made[0])
-    tensors, contents = _contents(model, optimizer)
+    contents: dict = {}
     try:
+        tensors, contents = _contents(model, optimizer)
         size = _write_shard(tmp, tensors, step, d)
         if d.is_main:
             ckpt.save_training_state(state, tmp)
         outcome: tuple[str | None, int] = (None, size)
-    except ckpt.WRITE_ERRORS as e:
+    except Exception as e:  # noqa: BLE001 - any failure on one rank must reach the gather below, or the others hang
         outcome = (getattr(e, "strerror", None) or str(e), 0)
     outcomes = gather(outcome, d)  # a collective: every rank learns whether all shards are written
     failure = next((f for f, _ in outcomes if f is not None), None)
