@@ -122,27 +122,32 @@ def test_checkpoint_with_a_mismatched_tokenizer_is_refused(finished, tmp_path):
         train(resume=run, quiet=True, steps=14)
 
 
-def test_full_disk_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
-    """The third save (step 12) runs out of space half-way through model.safetensors."""
-    real_save, calls = ckpt.save_file, []
+@pytest.mark.parametrize(("strategy", "writes_before"), [("ddp", 4), ("fsdp", 2)])
+def test_full_disk_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch, strategy, writes_before):
+    """The third save (step 12) runs out of space half-way through its weights: ``model.safetensors``
+    (ddp: two files per checkpoint) or the process's shard (fsdp: one file per checkpoint)."""
+    from tokformer.engine import sharded_checkpoint
+
+    module = ckpt if strategy == "ddp" else sharded_checkpoint
+    real_save, calls = module.save_file, []
 
     def save_until_the_disk_fills(tensors, path, metadata=None):
         calls.append(path)
-        if len(calls) == 5:  # two files per checkpoint: the third checkpoint's weights
+        if len(calls) == writes_before + 1:
             path.write_bytes(b"\0" * 100)
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         real_save(tensors, path, metadata=metadata)
 
-    monkeypatch.setattr(ckpt, "save_file", save_until_the_disk_fills)
+    monkeypatch.setattr(module, "save_file", save_until_the_disk_fills)
     run = tmp_path / "run"
     with pytest.raises(CheckpointError, match="checkpoint of step 12 .*No space left on device.*intact"):
-        train("sort", quiet=True, steps=12, run_dir=str(run), **TINY)
+        train("sort", quiet=True, steps=12, run_dir=str(run), strategy=strategy, **TINY)
     assert list_checkpoints(run) == [4, 8]
     assert not list((run / ckpt.CHECKPOINTS).glob(".tmp-*")), "the partial write is cleaned up"
     _, model = load_run(run, checkpoint="latest")  # the previous checkpoint loads
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
-    monkeypatch.setattr(ckpt, "save_file", real_save)  # space freed: resume finishes the run
+    monkeypatch.setattr(module, "save_file", real_save)  # space freed: resume finishes the run
     assert train(resume=run, quiet=True).step == 12
 
 
@@ -206,26 +211,3 @@ def test_a_sharded_checkpoint_without_its_manifest_is_incomplete(sharded_run, tm
         load_run(run, checkpoint="latest")
 
 
-def test_full_disk_during_a_sharded_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
-    """The third save (step 12) runs out of space half-way through its shard."""
-    from tokformer.engine import sharded_checkpoint
-
-    real_save, calls = sharded_checkpoint.save_file, []
-
-    def save_until_the_disk_fills(tensors, path, metadata=None):
-        calls.append(path)
-        if len(calls) == 3:
-            path.write_bytes(b"\0" * 100)
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real_save(tensors, path, metadata=metadata)
-
-    monkeypatch.setattr(sharded_checkpoint, "save_file", save_until_the_disk_fills)
-    run = tmp_path / "run"
-    with pytest.raises(CheckpointError, match="checkpoint of step 12 .*No space left on device.*intact"):
-        train("sort", quiet=True, steps=12, run_dir=str(run), strategy="fsdp", **TINY)
-    assert list_checkpoints(run) == [4, 8]
-    assert not list((run / ckpt.CHECKPOINTS).glob(".tmp-*")), "the partial write is cleaned up"
-    _, model = load_run(run, checkpoint="latest")
-    assert all(torch.isfinite(p).all() for p in model.parameters())
-    monkeypatch.setattr(sharded_checkpoint, "save_file", real_save)
-    assert train(resume=run, quiet=True).step == 12
