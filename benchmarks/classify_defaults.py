@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from tokformer.tasks.image_data import save_class_folders
+
 ROOT = Path(__file__).resolve().parents[1]
 # name -> flags; "defaults" is what `tokformer train classify` does today
 VARIANTS: dict[str, list[str]] = {
@@ -43,10 +45,7 @@ VARIANTS: dict[str, list[str]] = {
 
 def make_digits(root: Path) -> Path:
     data = np.load(ROOT / "tests" / "data" / "digits.npz")
-    for i, (image, label) in enumerate(zip(data["images"], data["labels"], strict=True)):
-        (root / str(int(label))).mkdir(parents=True, exist_ok=True)
-        Image.fromarray(image).save(root / str(int(label)) / f"{i}.png")
-    return root
+    return save_class_folders(data["images"], data["labels"].astype(int), root)
 
 
 def make_photos(root: Path, per_class: int = 120, seed: int = 0) -> Path:

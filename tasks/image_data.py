@@ -14,7 +14,7 @@ without images, or a missing torchvision dataset without ``download`` is a DataE
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +225,16 @@ def dataset_labels(dataset: Dataset) -> list[int]:
         return [label for _, label in dataset.samples]
     targets = getattr(dataset, "targets", None)  # torchvision's
     return [int(t) for t in targets] if targets is not None else [int(dataset[i][1]) for i in range(len(dataset))]
+
+
+def save_class_folders(images: Iterable[np.ndarray], labels: Iterable[Any], root: Path) -> Path:
+    """Images (``[H, W]`` or ``[H, W, 3]`` uint8 arrays) as ``root/<label>/<i>.png``: the layout
+    ``tokformer train classify --data ROOT`` reads. Returns ``root``."""
+    for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+        folder = root / str(label)
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image).save(folder / f"{i}.png")
+    return root
 
 
 def dataset_classes(dataset: Dataset) -> list[str]:

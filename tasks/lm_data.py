@@ -154,6 +154,19 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
+def held_out_start(cut: int, next_start: int | None, total: int) -> int:
+    """Where the held-out split of ``total`` ids begins: the first document start at or after
+    ``cut`` (``next_start``), so no document is split between the two; ``cut`` itself when no
+    document starts there or only the final end-of-text would be held out."""
+    return next_start if next_start is not None and next_start < total - 1 else cut
+
+
+def split_range(name: str, eval_start: int, total: int) -> tuple[int, int]:
+    """``(start, stop)`` of the ``train``, ``eval`` or ``all`` ids (``all``: a corpus packed only
+    to be evaluated on, ``tokformer evaluate --data``)."""
+    return {"train": (0, eval_start), "eval": (eval_start, total), "all": (0, total)}[name]
+
+
 @dataclass
 class CorpusMeta:
     """What ``corpus.json`` records about ``corpus.bin``.
@@ -204,8 +217,7 @@ def pack_corpus(
     if total == 0:
         raise DataError("the corpus holds no usable text (empty, whitespace-only or binary files)")
     cut = int(total * (1.0 - val_fraction))
-    later = [s for s in starts if s >= cut]
-    eval_start = later[0] if later and later[0] < total - 1 else cut
+    eval_start = held_out_start(cut, next((s for s in starts if s >= cut), None), total)
     meta = CorpusMeta(dtype=dtype.name, tokens=total, documents=len(starts), eval_start=eval_start, sources=sources)
     (directory / META_FILE).write_text(json.dumps(asdict(meta), indent=1) + "\n", encoding="utf-8")
     return meta
@@ -246,10 +258,8 @@ class TokenCorpus:
         return self._ids
 
     def split(self, name: str) -> tuple[int, int]:
-        """``(start, stop)`` of the ``train``, ``eval`` or ``all`` ids (``all``: a corpus packed
-        only to be evaluated on, ``tokformer evaluate --data``)."""
-        return {"train": (0, self.meta.eval_start), "eval": (self.meta.eval_start, self.meta.tokens),
-                "all": (0, self.meta.tokens)}[name]
+        """``(start, stop)`` of the ``train``, ``eval`` or ``all`` ids (:func:`split_range`)."""
+        return split_range(name, self.meta.eval_start, self.meta.tokens)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_ids": None}

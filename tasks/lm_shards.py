@@ -403,19 +403,18 @@ class ShardedCorpus:
         self.eval_start = self._document_start(int(self.index.tokens * (1.0 - val_fraction)))
 
     def _document_start(self, cut: int) -> int:
-        """The first document start at or after ``cut`` (``cut`` itself when none is left to hold out)."""
+        """The held-out split's start for ``cut`` (:func:`~.lm_data.held_out_start`), finding the
+        first document start at or after it by scanning the shards in chunks."""
         total = self.index.tokens
         for lo in range(max(cut - 1, 0), total, SCAN_CHUNK):
             hits = np.flatnonzero(self.ids[lo : min(lo + SCAN_CHUNK, total)] == self.index.eot_id)
             if len(hits):
-                start = lo + int(hits[0]) + 1
-                return start if start < total - 1 else cut
+                return lm_data.held_out_start(cut, lo + int(hits[0]) + 1, total)
         return cut
 
     def split(self, name: str) -> tuple[int, int]:
-        """``(start, stop)`` of the ``train``, ``eval`` or ``all`` ids."""
-        return {"train": (0, self.eval_start), "eval": (self.eval_start, self.index.tokens),
-                "all": (0, self.index.tokens)}[name]
+        """``(start, stop)`` of the ``train``, ``eval`` or ``all`` ids (:func:`~.lm_data.split_range`)."""
+        return lm_data.split_range(name, self.eval_start, self.index.tokens)
 
     def tokenizer(self) -> BPETokenizer:
         """The tokenizer the ids were made with."""

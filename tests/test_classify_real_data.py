@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from PIL import Image
 
 from tokformer.cli import main
+from tokformer.tasks.image_data import save_class_folders
 
 DIGITS = Path(__file__).parent / "data" / "digits.npz"
 
@@ -25,11 +25,7 @@ DIGITS = Path(__file__).parent / "data" / "digits.npz"
 def write_digits(root: Path) -> Path:
     """The digits as a class-folder tree ``root/<digit>/<i>.png``."""
     data = np.load(DIGITS)
-    for i, (image, label) in enumerate(zip(data["images"], data["labels"], strict=True)):
-        folder = root / str(int(label))
-        folder.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(image).save(folder / f"{i}.png")
-    return root
+    return save_class_folders(data["images"], data["labels"].astype(int), root)
 
 
 @pytest.mark.slow

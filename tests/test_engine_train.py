@@ -4,6 +4,7 @@ import functools
 import json
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,14 +73,22 @@ def test_a_run_refused_for_bad_data_leaves_no_run_directory(tmp_path):
     assert train("sort", quiet=True, steps=2, run_dir=str(run), **TINY).step == 2  # no --overwrite needed
 
 
-def test_resume_after_losing_later_checkpoints_is_bitwise_exact(tmp_path):
-    # dropout draws from torch's RNG every step: exactness needs the RNG state restored too
-    args = dict(quiet=True, steps=12, eval_every=4, keep_last=5, deterministic=True, dropout=0.1, **TINY)
-    full = train("sort", run_dir=str(tmp_path / "full"), **args).run_dir
+# dropout draws from torch's RNG every step: exactness needs the RNG state restored too
+CUT_RUN = dict(quiet=True, steps=12, eval_every=4, keep_last=5, deterministic=True, dropout=0.1, **TINY)
+
+
+def cut_after_step_4(tmp_path: Path) -> tuple[Path, Path]:
+    """A finished 12-step run and a copy of it as if it had died right after step 4's checkpoint."""
+    full = train("sort", run_dir=str(tmp_path / "full"), **CUT_RUN).run_dir
     cut = tmp_path / "cut"
     shutil.copytree(full, cut)
-    for step in (8, 12):  # as if the run had died right after step 4's checkpoint
+    for step in (8, 12):
         shutil.rmtree(step_dir(cut, step))
+    return full, cut
+
+
+def test_resume_after_losing_later_checkpoints_is_bitwise_exact(tmp_path):
+    full, cut = cut_after_step_4(tmp_path)
     result = train(resume=cut, quiet=True)
     assert result.step == 12
     assert_same_weights(weights(full, 12), weights(cut, 12))
@@ -89,16 +98,11 @@ def test_resume_after_losing_later_checkpoints_is_bitwise_exact(tmp_path):
 
 
 def test_rerunning_the_command_of_a_run_with_checkpoints_resumes_it_exactly(tmp_path):
-    args = dict(quiet=True, steps=12, eval_every=4, keep_last=5, deterministic=True, dropout=0.1, **TINY)
-    full = train("sort", run_dir=str(tmp_path / "full"), **args).run_dir
-    cut = tmp_path / "cut"
-    shutil.copytree(full, cut)
-    for step in (8, 12):  # as if the job had been preempted after step 4's checkpoint
-        shutil.rmtree(step_dir(cut, step))
+    full, cut = cut_after_step_4(tmp_path)  # as if the job had been preempted after step 4's checkpoint
     config = json.loads((cut / "config.json").read_text())
     config["train"]["run_dir"] = str(cut)
     (cut / "config.json").write_text(json.dumps(config))
-    result = train("sort", run_dir=str(cut), **args)  # the same command, no --resume: a scheduler's requeue
+    result = train("sort", run_dir=str(cut), **CUT_RUN)  # the same command, no --resume: a scheduler's requeue
     assert result.step == 12
     assert_same_weights(weights(full, 12), weights(cut, 12))
 

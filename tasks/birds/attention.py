@@ -55,6 +55,11 @@ def bird_tokens(meta: BirdImages, index: int, slot: int, patch: int) -> np.ndarr
     return 1 + (rows[:, None] * grid + cols[None, :]).ravel()
 
 
+def _between(probs: Tensor, queries: np.ndarray, keys: np.ndarray) -> Tensor:  # [H, N, N] -> [H, q, k]
+    """The attention of tokens ``queries`` to tokens ``keys``, per head."""
+    return probs[:, queries][:, :, keys]
+
+
 def corner_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray, patch: int) -> np.ndarray:
     """``[layers, heads, 2]``: attention mass from top-right-bird tokens to bottom-left-bird tokens,
     and the mass a uniform attention would give them, averaged over images ``indices``.
@@ -68,7 +73,7 @@ def corner_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray, 
         queries = bird_tokens(meta, int(index), TOP_RIGHT, patch)
         keys = bird_tokens(meta, int(index), BOTTOM_LEFT, patch)
         for layer, probs in enumerate(maps):
-            mass = probs[b][:, queries][:, :, keys].sum(dim=-1).mean(dim=-1)  # [heads]
+            mass = _between(probs[b], queries, keys).sum(dim=-1).mean(dim=-1)  # [heads]
             out[layer, :, 0] += mass.numpy()
             out[layer, :, 1] += len(keys) / n_tokens
     return out / len(indices)
@@ -93,7 +98,7 @@ def own_bird_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray
             own = bird_tokens(meta, int(index), slot, patch)
             n_birds += 1
             for layer, probs in enumerate(maps):
-                block = probs[b][:, own][:, :, own]  # [heads, q, k]: own bird -> own bird
+                block = _between(probs[b], own, own)  # [heads, q, k]: own bird -> own bird
                 mass = block.sum(dim=-1).mean(dim=-1)  # [heads]
                 out[layer, :, 0] += mass.numpy()
                 out[layer, :, 1] += (mass - block.diagonal(dim1=-2, dim2=-1).mean(dim=-1)).numpy()

@@ -228,8 +228,17 @@ def dedupe_shared(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tenso
     return unique, aliases
 
 
-def _damaged(file: Path, error: Exception) -> CheckpointError:
+def damaged(file: Path, error: Exception | str) -> CheckpointError:
+    """The one-line error for a checkpoint file that cannot be read, and why."""
     return CheckpointError(f"checkpoint file {file} is damaged or not a tokformer checkpoint ({error})")
+
+
+def param_groups_from_json(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An optimizer's ``param_groups`` read back from JSON, in place: JSON has no tuples, and
+    AdamW's ``betas`` is one (``load_state_dict`` keeps whatever type it is given)."""
+    for group in groups:
+        group.update({k: tuple(v) for k, v in group.items() if isinstance(v, list) and k != "params"})
+    return groups
 
 
 def load_model_state(path: Path) -> dict[str, torch.Tensor]:
@@ -246,7 +255,7 @@ def load_model_state(path: Path) -> dict[str, torch.Tensor]:
             aliases = json.loads((f.metadata() or {}).get(ALIASES, "{}"))
         state.update({alias: state[name] for alias, name in aliases.items()})
     except (SafetensorError, OSError, ValueError, KeyError) as e:  # truncated, garbage, missing
-        raise _damaged(file, e) from None
+        raise damaged(file, e) from None
     return state
 
 
@@ -305,7 +314,7 @@ def check_tokenizer(path: Path, tokenizer_dirs: Sequence[str] = (TOKENIZER_DIR,)
     try:
         saved = json.loads((path / "state.json").read_text(encoding="utf-8")).get(TOKENIZER_HASH)
     except (OSError, ValueError) as e:
-        raise _damaged(path / "state.json", e) from None
+        raise damaged(path / "state.json", e) from None
     run_dir = path.parent.parent
     if saved is not None and saved != tokenizer_fingerprint(run_dir, tokenizer_dirs):
         where = ", ".join(str(run_dir / name) for name in tokenizer_dirs)
@@ -319,7 +328,7 @@ def load_state(path: Path) -> dict[str, Any]:
         tensors = load_file(path / "state.safetensors")
         return join_tensors(json.loads((path / "state.json").read_text(encoding="utf-8")), tensors)
     except (SafetensorError, OSError, ValueError, KeyError) as e:
-        raise _damaged(path, e) from None
+        raise damaged(path, e) from None
 
 
 def find_checkpoint(run_dir: Path, which: str = "latest") -> Path:

@@ -171,7 +171,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
         manifest = json.loads(file.read_text(encoding="utf-8"))
         step, world, shards = manifest["step"], manifest["world"], manifest["shards"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"checkpoint file {file} is damaged or not a tokformer checkpoint ({e})") from None
+        raise ckpt.damaged(file, e) from None
     if manifest.get("format") != FORMAT or manifest.get("format_version", 0) > FORMAT_VERSION:
         raise CheckpointError(f"{file} is not a tokformer sharded checkpoint of format version <= {FORMAT_VERSION}")
     for rank, (name, size) in enumerate(shards.items()):
@@ -185,8 +185,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
                 f"not of step {step} ({_processes(world)}): copied from another checkpoint? Restore the right file "
                 "or resume from an earlier checkpoint")
         if shard.stat().st_size != size:
-            raise CheckpointError(f"checkpoint file {shard} is damaged or not a tokformer checkpoint "
-                                  f"({shard.stat().st_size} bytes, the manifest says {size})")
+            raise ckpt.damaged(shard, f"{shard.stat().st_size} bytes, the manifest says {size}")
     return manifest
 
 
@@ -199,7 +198,7 @@ def _shard_meta(shard: Path) -> dict[str, Any]:
         with safe_open(shard, framework="pt") as f:
             return json.loads((f.metadata() or {})[SHARD_META])
     except (SafetensorError, OSError, ValueError, KeyError) as e:
-        raise CheckpointError(f"checkpoint file {shard} is damaged or not a tokformer checkpoint ({e})") from None
+        raise ckpt.damaged(shard, e) from None
 
 
 def load_tensors(path: Path, prefix: str, manifest: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -209,8 +208,7 @@ def load_tensors(path: Path, prefix: str, manifest: dict[str, Any]) -> dict[str,
     try:
         whole = {key: torch.empty(spec["shape"], dtype=getattr(torch, spec["dtype"])) for key, spec in wanted.items()}
     except (AttributeError, KeyError, TypeError, RuntimeError) as e:
-        raise CheckpointError(f"checkpoint file {path / MANIFEST} is damaged or not a tokformer checkpoint ({e})"
-                              ) from None
+        raise ckpt.damaged(path / MANIFEST, e) from None
     filled = dict.fromkeys(wanted, 0)
     for name in manifest["shards"]:
         pieces = _shard_meta(path / name)["pieces"]
@@ -222,8 +220,7 @@ def load_tensors(path: Path, prefix: str, manifest: dict[str, Any]) -> dict[str,
                     whole[key][where] = piece
                     filled[key] += piece.numel()
         except (SafetensorError, OSError, RuntimeError, ValueError, KeyError) as e:
-            raise CheckpointError(f"checkpoint file {path / name} is damaged or not a tokformer checkpoint ({e})"
-                                  ) from None
+            raise ckpt.damaged(path / name, e) from None
     short = [key for key, n in filled.items() if n != whole[key].numel()]
     if short:
         raise CheckpointError(f"checkpoint {path} is damaged: its shards do not cover {', '.join(short[:3])}")
@@ -242,6 +239,5 @@ def load_optimizer_state(path: Path) -> dict[str, Any]:
     :func:`tokformer.engine.fsdp.load_full_state` takes)."""
     manifest = read_manifest(path)
     state = ckpt.join_tensors(manifest[OPTIMIZER], load_tensors(path, OPTIMIZER, manifest))
-    for group in state["param_groups"]:  # JSON has no tuples; AdamW's betas is one
-        group.update({k: tuple(v) for k, v in group.items() if isinstance(v, list) and k != "params"})
+    ckpt.param_groups_from_json(state["param_groups"])
     return state

@@ -370,8 +370,7 @@ class Trainer:
         else:
             optim_state = state["optimizer"]
             optim_state["state"] = {int(k): v for k, v in optim_state["state"].items()}  # JSON keys are strings
-            for group in optim_state["param_groups"]:
-                group.update({k: tuple(v) for k, v in group.items() if isinstance(v, list) and k != "params"})
+            ckpt.param_groups_from_json(optim_state["param_groups"])
             if not self.sharded:  # the unsharded checkpoint of an unsharded model: loaded as it was saved
                 model.load_state_dict(weights)
                 optimizer.load_state_dict(optim_state)
