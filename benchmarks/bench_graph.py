@@ -35,20 +35,17 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
-import scipy  # noqa: E402
 import torch  # noqa: E402
-from machine import cpu_model, load_average  # noqa: E402
+from harness import Machine, interleave  # noqa: E402
 
 from tokformer.tasks.graph import GraphConfig, GraphTask  # noqa: E402
 from tokformer.tokenizers.graph import GraphTokenizer  # noqa: E402
@@ -103,15 +100,8 @@ def peak_rss() -> float:
 
 def child_time(n: int, methods: list[str], repeats: int) -> dict:
     steps = {m: build(n, m) for m in methods}
-    for step in steps.values():
-        step()  # warm-up
-    times: dict[str, list[float]] = {m: [] for m in methods}
-    for _ in range(repeats):
-        for method, step in steps.items():
-            start = time.perf_counter()
-            step()
-            times[method].append(time.perf_counter() - start)
-    return {"times": times}
+    timings = interleave({m: lambda _, step=step: step() for m, step in steps.items()}, repeats)
+    return {"times": {m: list(t.seconds) for m, t in timings.items()}}
 
 
 def child_memory(n: int, method: str, limit: float) -> dict:
@@ -150,7 +140,7 @@ def memory_cell(mem: dict) -> str:
     return f"out of memory ({mem['oom']})" if "oom" in mem else f"{mem['peak'] / GiB:,.2f}"
 
 
-def attention_part(args: argparse.Namespace) -> str:
+def attention_part(args: argparse.Namespace, machine: Machine) -> str:
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
     edges = {n: sparse_graph(n).number_of_edges() for n in sizes}
@@ -167,7 +157,7 @@ def attention_part(args: argparse.Namespace) -> str:
     lines = [
         "## Attention: dense vs sparse",
         "",
-        f"{machine()}.",
+        machine.line(f"{torch.get_num_threads()} torch thread(s)"),
         "",
         "One training step (forward + backward + AdamW) of the graph task's model (2 layers, d=32, 4 heads, "
         "graph token, no positions) on one Watts-Strogatz graph (mean degree 6, "
@@ -189,27 +179,15 @@ def attention_part(args: argparse.Namespace) -> str:
 # ---- eigensolvers --------------------------------------------------------------------------
 
 
-def seconds_per_call(fn: Callable[[], object], budget: float = 1.0, max_reps: int = 20) -> float:
-    """Median wall time of ``fn`` over as many calls as fit in ``budget`` seconds (at least 1, at most max_reps)."""
-    times: list[float] = []
-    while len(times) < max_reps and (not times or sum(times) < budget):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def tokenize_part(args: argparse.Namespace) -> str:
+def tokenize_part(args: argparse.Namespace, machine: Machine) -> str:
     rows = []
     for n in (int(s) for s in args.tokenize_sizes.split(",")):
         graph = nx.connected_watts_strogatz_graph(n, 4, 0.1, seed=0)
-        rates: dict[str, float | None] = {}
-        for solver in ("dense", "sparse"):
-            if solver == "dense" and n > args.max_dense_solver:
-                rates[solver] = None
-                continue
-            tokenizer = GraphTokenizer(k=args.k, solver=solver)
-            rates[solver] = 1.0 / seconds_per_call(lambda t=tokenizer, g=graph: t.batch([g]))
+        solvers = ["sparse"] if n > args.max_dense_solver else ["dense", "sparse"]
+        tokenizers = {solver: GraphTokenizer(k=args.k, solver=solver) for solver in solvers}
+        timings = interleave({s: lambda _, t=t, g=graph: t.batch([g]) for s, t in tokenizers.items()}, args.repeats)
+        rates: dict[str, float | None] = {s: 1.0 / timings[s].median if s in timings else None
+                                          for s in ("dense", "sparse")}
         faster = "sparse" if rates["dense"] is None or rates["sparse"] > rates["dense"] else "dense"
         rows.append((n, graph.number_of_edges(), rates["dense"], rates["sparse"], faster))
         print(f"n={n}: graphs/s {rates}", flush=True)
@@ -217,7 +195,7 @@ def tokenize_part(args: argparse.Namespace) -> str:
     lines = [
         "## Eigensolvers",
         "",
-        f"{machine()}.",
+        machine.line(f"{torch.get_num_threads()} torch thread(s)"),
         "",
         f"Graph tokenizer, Watts-Strogatz graphs (mean degree 4), k={args.k} eigenvectors; auto picks dense up to "
         f"{DENSE_MAX_NODES} nodes.",
@@ -231,13 +209,6 @@ def tokenize_part(args: argparse.Namespace) -> str:
 
 
 # ---- report ----------------------------------------------------------------------------------
-
-
-def machine() -> str:
-    cpu, load = cpu_model(), load_average()
-    return (f"Machine: {cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s); load average "
-            f"(1, 5, 15 min) {load} when the table was written; torch {torch.__version__}, numpy {np.__version__}, "
-            f"scipy {scipy.__version__}, networkx {nx.__version__}, Python {platform.python_version()}")
 
 
 def write_section(section: str) -> None:
@@ -267,7 +238,8 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--max-dense-solver", type=int, default=3000, help="tokenize part: skip dense eigh above")
     args = parser.parse_args()
-    section = attention_part(args) if args.part == "attention" else tokenize_part(args)
+    machine = Machine(("torch", "numpy", "scipy", "networkx"))
+    section = attention_part(args, machine) if args.part == "attention" else tokenize_part(args, machine)
     print(section)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     write_section(section)

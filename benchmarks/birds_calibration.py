@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import torch
-from machine import cpu_model, load_average
+from harness import cpu_model, load_average
 
 from tokformer.tasks.birds.experiment import BirdsConfig, accuracy, make_split, train_model
 from tokformer.tasks.birds.models import parse_spec

@@ -35,7 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
-from machine import cpu_model, load_average
+from harness import cpu_model, load_average
 
 #: short name -> (what the table calls it, graph-task options)
 SETTINGS: dict[str, tuple[str, dict[str, object]]] = {

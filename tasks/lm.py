@@ -48,7 +48,6 @@ from tokformer.sampling import SamplingConfig
 from tokformer.tasks import lm_data, lm_shards
 from tokformer.tasks.lm_data import EOT
 from tokformer.tokenizers.bpe import BPETokenizer
-from tokformer.weights import init_weights
 
 UNIGRAM = "unigram model of the training split (add-one smoothed token frequencies)"
 CORPUS_DIR = "corpus"
@@ -123,9 +122,7 @@ def build_lm(tokenizer: BPETokenizer, cfg: LMConfig) -> CausalLM:
         raise ConfigError(f"embedding_rows={rows} is fewer than the tokenizer's {tokenizer.vocab_size} tokens")
     embedder = tokenizer.build_embedder(cfg.d_model, dropout=cfg.dropout, positions=cfg.position == "learned",
                                         rows=rows)
-    model = CausalLM(embedder, cfg.transformer(), rows, tie_embeddings=cfg.tie_embeddings)
-    init_weights(model, cfg.n_layers)  # GPT-2's: N(0, 0.02), scaled residual projections
-    return model
+    return CausalLM(embedder, cfg.transformer(), rows, tie_embeddings=cfg.tie_embeddings)  # initialised by its parts
 
 
 def token_nll(model: nn.Module, windows: Tensor) -> tuple[Tensor, int]:

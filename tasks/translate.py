@@ -248,10 +248,7 @@ class TranslateTask(Task):
         tgt_embedder = tgt_tok.build_embedder(c.d_model, dropout=c.dropout)
         src_embedder = tgt_embedder if c.share_embeddings else src_tok.build_embedder(c.d_model, dropout=c.dropout)
         for embedder in {id(e): e for e in (src_embedder, tgt_embedder)}.values():
-            # GPT-2's init: nn.Embedding's N(0, 1) would drown the tokens in position noise
-            # and, tied to the output layer, start with huge logits
-            nn.init.normal_(embedder.tokens.weight, std=0.02)
-            nn.init.normal_(embedder.position.table.weight, std=0.01)
+            nn.init.normal_(embedder.position.table.weight, std=0.01)  # GPT-2's wpe init (tokens init themselves)
         return Seq2Seq(src_embedder, tgt_embedder, c.stack(c.encoder_layers), c.stack(c.decoder_layers),
                        tgt_tok.vocab_size, tie_output=c.share_embeddings)
 

@@ -6,7 +6,7 @@ import torch
 from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
 from tokformer.embedding import Embedder
-from tokformer.generation import generate, left_pad, positions_from_mask
+from tokformer.generation import COLUMN_HEAD_MIN_TOKENS, generate, left_pad, positions_from_mask, vocabulary_head
 from tokformer.language_model import CausalLM
 from tokformer.positional import LearnedPositions
 from tokformer.sampling import SamplingConfig, filter_logits, sample_next
@@ -34,6 +34,37 @@ def test_greedy_generation_is_identical_with_and_without_cache():
     uncached = generate(model, ids, mask, max_new_tokens=40, sampling=GREEDY, use_cache=False)
     assert cached == uncached
     assert len(cached[0]) == 40
+
+
+def full_forward_greedy(model: CausalLM, prompt: list[int], steps: int) -> list[int]:
+    """The textbook loop: the whole sequence through ``forward`` (every position's logits) each step."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(steps):
+            x = torch.tensor([ids])
+            batch = TokenBatch(ids=x, mask=torch.ones_like(x, dtype=torch.bool), positions=torch.arange(len(ids))[None])
+            ids.append(int(model(batch)[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+@pytest.mark.parametrize("steps", [COLUMN_HEAD_MIN_TOKENS - 1, COLUMN_HEAD_MIN_TOKENS + 8])
+def test_generation_through_the_decoding_head_equals_the_full_forward_loop(steps):
+    """Short decodes use the head as it is, long ones its column-major copy: same tokens either way."""
+    model = tiny_lm(3)
+    prompt = [7, 1, 30, 2]
+    assert generate(model, *left_pad([prompt]), max_new_tokens=steps, sampling=GREEDY)[0] == full_forward_greedy(
+        model, prompt, steps)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_decoding_head_computes_the_head(bias):
+    model = tiny_lm()
+    if bias:
+        model.head = torch.nn.Linear(32, VOCAB)
+    x = torch.randn(3, 32)
+    head = vocabulary_head(model, max_new_tokens=COLUMN_HEAD_MIN_TOKENS)
+    assert head is not model.head  # the long-decode layout was taken
+    torch.testing.assert_close(head(x), model.head(x))
 
 
 def test_batched_left_padded_generation_equals_each_prompt_alone():

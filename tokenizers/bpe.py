@@ -35,7 +35,7 @@ from tokformer.tokenizers.base import Tokenizer, TokenizerError, pad_ids
 from tokformer.tokenizers.bpe_files import BPEFiles, read_hf_json, read_vocab_merges, write_hf_json, write_vocab_merges
 from tokformer.tokenizers.bpe_merge import Ranks, merge_piece
 from tokformer.tokenizers.bpe_train import train_bpe
-from tokformer.tokenizers.pretokenize import PATTERNS, is_named, pretokenizer, resolve_pattern, safe_chunks
+from tokformer.tokenizers.pretokenize import PATTERNS, chunker, is_named, pretokenizer, resolve_pattern, safe_chunks
 from tokformer.tokenizers.registry import register_tokenizer
 
 HF_FILE = "tokenizer.json"
@@ -107,6 +107,7 @@ class BPETokenizer(Tokenizer):
         self._vocab_size = max(self._id_to_bytes) + 1
         self._byte_ids = [self.vocab[bytes([b])] for b in range(256)]
         self._split = pretokenizer(self.pattern)
+        self._chunk = chunker(self.pattern)
         self._cache: dict[str, tuple[int, ...]] = {}
         self._specials_compiled: dict[frozenset[str], regex.Pattern[str]] = {}
         self._executor: tuple[int, ProcessPoolExecutor] | None = None
@@ -171,6 +172,19 @@ class BPETokenizer(Tokenizer):
 
     def files(self) -> BPEFiles:
         return BPEFiles(self.vocab, self.merges, self.special_tokens, self.pattern, self.ignore_merges)
+
+    def mergeable_ranks(self) -> dict[bytes, int]:
+        """The vocabulary in tiktoken's form (``tiktoken.Encoding(mergeable_ranks=...)``): token bytes -> id.
+
+        tiktoken merges the pair whose joined bytes have the lowest rank, so using ids as
+        ranks reproduces our merge order only where the ids grow with it: every merged
+        token's id above every single byte's and above the ids of the merges before it.
+        """
+        merged = [self.vocab[a + b] for a, b in self.merges]
+        singles = max(self._byte_ids)
+        if any(later <= earlier for earlier, later in zip([singles, *merged], merged, strict=False)):
+            raise TokenizerError("token ids do not follow the merge order, so they are no tiktoken ranks")
+        return dict(self.vocab)
 
     def save_hf_json(self, path: str | Path) -> None:
         write_hf_json(self.files(), Path(path))
@@ -310,19 +324,37 @@ class BPETokenizer(Tokenizer):
         return ids
 
     def _encode_ordinary(self, text: str) -> list[int]:
-        """Encode text with no special tokens: cached pieces, misses filled in one pass."""
-        pieces = self._split(text)
+        """Encode text with no special tokens: cached units (see :func:`~.pretokenize.chunker`), misses in one pass."""
+        units = self._chunk(text)
         cache = self._cache
         try:
-            return list(chain.from_iterable(map(cache.__getitem__, pieces)))
+            return list(chain.from_iterable(map(cache.__getitem__, units)))
         except KeyError:
             pass
         if len(cache) > CACHE_LIMIT:
             cache.clear()
-        fresh = {piece: tuple(self._encode_piece(piece, text)) for piece in set(pieces) if piece not in cache}
-        ids = list(chain.from_iterable(cache[p] if p in cache else fresh[p] for p in pieces))
-        cache.update((piece, ids_) for piece, ids_ in fresh.items() if len(piece) <= CACHED_PIECE_LEN)
+        fresh = {unit: self._encode_unit(unit, text) for unit in set(units) if unit not in cache}
+        cache.update(fresh)
+        ids = list(chain.from_iterable(map(cache.__getitem__, units)))
+        for unit in fresh:
+            if len(unit) > CACHED_PIECE_LEN:  # rare and not worth keeping
+                del cache[unit]
         return ids
+
+    def _encode_unit(self, unit: str, text: str) -> tuple[int, ...]:
+        """Ids of a chunk: its pieces' ids, each from the cache or merged (and then cached, shared by chunks)."""
+        if self._chunk is self._split:
+            return tuple(self._encode_piece(unit, text))
+        cache = self._cache
+        ids: list[int] = []
+        for piece in self._split(unit):
+            found = cache.get(piece)
+            if found is None:
+                found = tuple(self._encode_piece(piece, text))
+                if len(piece) <= CACHED_PIECE_LEN:
+                    cache[piece] = found
+            ids += found
+        return tuple(ids)
 
     def _encode_piece(self, piece: str, text: str) -> list[int]:
         try:
@@ -331,8 +363,7 @@ class BPETokenizer(Tokenizer):
             raise _surrogate_error(text) from None
         if self.ignore_merges and data in self.vocab:
             return [self.vocab[data]]
-        byte_ids = self._byte_ids
-        return merge_piece([byte_ids[b] for b in data], self._ranks)
+        return merge_piece(list(map(self._byte_ids.__getitem__, data)), self._ranks)
 
     def _special_regex(self, allowed_special: AllowedSpecial) -> regex.Pattern[str] | None:
         allowed = set(self.special_tokens) if allowed_special == "all" else set(allowed_special)
@@ -380,12 +411,13 @@ class BPETokenizer(Tokenizer):
     def __getstate__(self) -> dict[str, Any]:
         # Sent to spawned workers: without the pool (not picklable) or the cache (large).
         state = dict(self.__dict__)
-        state.update(_executor=None, _finalizer=None, _cache={}, _split=None)
+        state.update(_executor=None, _finalizer=None, _cache={}, _split=None, _chunk=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._split = pretokenizer(self.pattern)  # a custom pattern's splitter is a closure
+        self._chunk = chunker(self.pattern)
 
     # ----------------------------------------------------------------- decoding
 

@@ -19,6 +19,7 @@ import heapq
 Ranks = dict[tuple[int, int], tuple[int, int]]
 
 LONG_PIECE = 48  # symbols; above this the heap path wins
+_NO_MERGE = (float("inf"), -1)  # the rank entry of a pair without a merge: sorts after every real one
 
 
 def merge_piece(ids: list[int], ranks: Ranks) -> list[int]:
@@ -27,18 +28,26 @@ def merge_piece(ids: list[int], ranks: Ranks) -> list[int]:
 
 
 def merge_short(ids: list[int], ranks: Ranks) -> list[int]:
-    """Quadratic merge: find the best pair, merge it, repeat."""
+    """Quadratic merge: find the best pair, merge it, repeat.
+
+    The ranks of adjacent pairs live in a list beside the ids, so each step is a
+    ``min`` and an ``index`` in C plus two lookups for the merged token's new neighbours,
+    instead of a Python loop over every pair. Equal (rank, id) entries are the same
+    pair, and ``index`` finds the leftmost.
+    """
     get = ranks.get
-    while len(ids) > 1:
-        best_rank = best_at = best_new = -1
-        for i in range(len(ids) - 1):
-            found = get((ids[i], ids[i + 1]))
-            if found is not None and (best_at < 0 or found[0] < best_rank):
-                best_rank, best_new = found
-                best_at = i
-        if best_at < 0:
+    pairs = [get(pair, _NO_MERGE) for pair in zip(ids, ids[1:], strict=False)]
+    while pairs:
+        best = min(pairs)
+        if best is _NO_MERGE:
             break
-        ids[best_at : best_at + 2] = [best_new]
+        at = pairs.index(best)
+        ids[at : at + 2] = [best[1]]
+        del pairs[at]
+        if at:
+            pairs[at - 1] = get((ids[at - 1], ids[at]), _NO_MERGE)
+        if at < len(pairs):
+            pairs[at] = get((ids[at], ids[at + 1]), _NO_MERGE)
     return ids
 
 

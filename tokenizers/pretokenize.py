@@ -24,6 +24,11 @@ PATTERNS: dict[str, str] = {
     ),
 }
 
+# GPT-2 pieces never cross the end of a run of non-space characters that whitespace
+# follows (see :func:`chunker`), so GPT-2 text may be cut into "whitespace run + the
+# non-space run after it" chunks and each chunk encoded on its own.
+_GPT2_CHUNK = r"\s*+\S+|\s+"
+
 # A cut after "<non-space>\n" and before a non-space character is a piece boundary under
 # both named patterns (no piece spans a newline followed by a non-space, and no lookahead
 # sees past it), so texts can be split there and encoded in parallel with identical output.
@@ -84,6 +89,30 @@ def pretokenizer(source: str) -> Callable[[str], list[str]]:
         return pieces
 
     return split_keeping_gaps
+
+
+@cache
+def chunker(source: str) -> Callable[[str], list[str]]:
+    r"""The function that cuts text into the units the encoder caches: pre-tokens or coarser.
+
+    Splitting into pieces costs the encoder more than the cache lookups: a regex match
+    per piece. Under the GPT-2 pattern whole words can be cut instead (about half as many
+    matches), because a chunk's pieces, found in the chunk alone, are its pieces in the
+    whole text. Chunk boundaries sit after a non-space run followed by whitespace. No
+    GPT-2 piece crosses one: a piece holds whitespace after its first character only if
+    it is all whitespace, so the piece holding the non-space character before the
+    boundary ends there. No match decides differently in the chunk alone: the only
+    character it could read past the chunk is the whitespace after it (end of text in
+    the chunk), which stops every ``\p{L}+``, ``\p{N}+``, ``[^\s\p{L}\p{N}]+`` run and
+    fails every contraction alike; a whitespace run inside a chunk is followed by the
+    chunk's non-space run, so ``\s+(?!\S)`` sees the same character in both.
+
+    Other patterns (cl100k's pieces cross whitespace: ``"\tfoo"``, ``".\n\n"``) get their
+    pre-tokens.
+    """
+    if source == PATTERNS["gpt2"]:
+        return compile_pattern(_GPT2_CHUNK).findall
+    return pretokenizer(source)
 
 
 def is_named(source: str) -> bool:

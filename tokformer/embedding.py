@@ -8,6 +8,8 @@ from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
 
+TOKEN_STD = 0.02  # GPT-2's embedding init
+
 
 class Embedder(nn.Module):
     """Embed token ids through a table, or continuous features through a projection,
@@ -21,6 +23,13 @@ class Embedder(nn.Module):
         dropout: dropout on the summed embedding.
         scale: multiply token embeddings by sqrt(d_model), as the paper does, so they are
             not drowned by the unit-scale sinusoidal code.
+
+    The id table initialises itself: N(0, 0.02) (GPT-2's), or N(0, 1/sqrt(d_model)) with
+    ``scale`` so the scaled vectors have unit variance. ``nn.Embedding``'s own N(0, 1) is a
+    trap for a table tied to an output layer: initial logits with a standard deviation near
+    sqrt(d_model), a loss far above ln(vocab), and softmax gradients that underflow to
+    denormals and slow the backward pass many times over. A feature projection keeps
+    ``nn.Linear``'s fan-in init, which already suits it.
     """
 
     def __init__(
@@ -39,6 +48,8 @@ class Embedder(nn.Module):
         self.tokens: nn.Module = (
             nn.Embedding(vocab_size, d_model) if vocab_size is not None else nn.Linear(in_features, d_model)
         )
+        if isinstance(self.tokens, nn.Embedding):
+            nn.init.normal_(self.tokens.weight, std=d_model**-0.5 if scale else TOKEN_STD)
         self.position = position
         self.scale = math.sqrt(d_model) if scale else 1.0
         self.drop = nn.Dropout(dropout)

@@ -17,6 +17,9 @@ from tokformer.batch import TokenBatch
 from tokformer.language_model import CausalLM
 from tokformer.sampling import SamplingConfig, sample_next
 
+# New tokens from which a column-major copy of the head pays for itself on CPU (see vocabulary_head)
+COLUMN_HEAD_MIN_TOKENS = 32
+
 
 def left_pad(sequences: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[Tensor, Tensor]:
     """Lists of ids -> (``[B, T]`` ids, ``[B, T]`` mask) with padding on the left."""
@@ -83,6 +86,7 @@ def generate(
     new_tokens: list[list[int]] = [[] for _ in range(batch_size)]
     caches = None
     step_ids = step_mask = key_mask = step_positions = None
+    head = vocabulary_head(model, max_new_tokens)
     for _ in range(max_new_tokens):
         slid = context is not None and _slide_full(windows, context)
         if caches is None or slid or not use_cache:  # (re-)encode every row's whole window
@@ -91,7 +95,7 @@ def generate(
             step_mask, step_positions = key_mask, positions_from_mask(key_mask)
             caches = model.make_caches() if use_cache else None
         batch = TokenBatch(mask=step_mask, ids=step_ids, positions=step_positions)
-        logits = model(batch, caches, key_mask=key_mask)[:, -1]  # [B, V]
+        logits = head(model.features(batch, caches, key_mask=key_mask)[:, -1])  # [B, V]
         next_ids = sample_next(logits, sampling, generator)  # [B]
         for row in running.nonzero().flatten().tolist():
             token = int(next_ids[row])
@@ -111,6 +115,24 @@ def generate(
         key_mask = torch.cat([key_mask, ones], dim=1)
         step_ids, step_mask, step_positions = next_ids[:, None], ones, step_positions[:, -1:] + 1
     return new_tokens
+
+
+def vocabulary_head(model: CausalLM, max_new_tokens: int) -> Callable[[Tensor], Tensor]:
+    """``[B, d]`` -> ``[B, V]`` logits through the model's head, laid out for decoding.
+
+    Decoding multiplies one row per sequence by the head's ``[V, d]`` weight. On CPU, MKL's
+    matrix-vector kernel reads that row-major layout at under half the memory bandwidth of
+    a ``[d, V]`` one (GPT-2's 50,257 x 512 head, one thread, AMD EPYC: 9.8 ms against
+    4.4-5.0 ms, which numpy's BLAS also reaches on the original layout), and the head is
+    most of a small model's decode step. So a long CPU decode first copies the weight
+    transposed (about 90 ms and one more head's memory, freed when generation ends) and
+    multiplies by the copy; short decodes and GPUs use the head as it is.
+    """
+    weight, bias = model.head.weight, model.head.bias
+    if weight.device.type != "cpu" or max_new_tokens < COLUMN_HEAD_MIN_TOKENS:
+        return model.head
+    columns = weight.t().contiguous()  # [d, V]
+    return (lambda x: x @ columns) if bias is None else (lambda x: torch.addmm(bias, x, columns))
 
 
 def slide(window: list[int], context: int) -> list[int]:

@@ -39,6 +39,26 @@ class CausalLM(nn.Module):
                 raise ValueError("tied embeddings need an id embedding table of shape [vocab_size, d_model]")
             self.head.weight = embedder.tokens.weight
 
+    def features(
+        self,
+        batch: TokenBatch,
+        caches: list[KVCache] | None = None,
+        key_mask: Tensor | None = None,
+        *,
+        padded: bool = True,
+    ) -> Tensor:
+        """The last layer's output ``[B, N, d]``, before the vocabulary head (see :meth:`forward`).
+
+        Generation reads it to project only the last position onto the vocabulary: the head is
+        the largest matrix in a small LM, and a prompt's other positions need no logits.
+        """
+        x = self.embedder(batch)  # [B, N, d]
+        key_mask = batch.mask if key_mask is None else key_mask
+        if cached_length(caches) == 0:  # no padding, promised or found: SDPA's fused causal kernel
+            key_mask = padding_or_none(key_mask) if padded else None
+        return self.encoder(x, key_mask, is_causal=True, attn_mask=batch.attention_bias, caches=caches,
+                            positions=batch.positions)
+
     def forward(
         self,
         batch: TokenBatch,
@@ -55,13 +75,7 @@ class CausalLM(nn.Module):
         that no token is padding (packed training windows): attention then takes SDPA's fused
         causal kernel without looking at the mask, compiled or not.
         """
-        x = self.embedder(batch)  # [B, N, d]
-        key_mask = batch.mask if key_mask is None else key_mask
-        if cached_length(caches) == 0:  # no padding, promised or found: SDPA's fused causal kernel
-            key_mask = padding_or_none(key_mask) if padded else None
-        x = self.encoder(x, key_mask, is_causal=True, attn_mask=batch.attention_bias, caches=caches,
-                         positions=batch.positions)
-        return self.head(x)
+        return self.head(self.features(batch, caches, key_mask, padded=padded))
 
     def make_caches(self) -> list[KVCache]:
         return make_caches(len(self.encoder.blocks))

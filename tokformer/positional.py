@@ -45,12 +45,17 @@ class SinusoidalPositions(nn.Module):
 
 
 class LearnedPositions(nn.Module):
-    """A learned vector per position index, up to ``max_len`` positions (GPT-2, BERT)."""
+    """A learned vector per position index, up to ``max_len`` positions (GPT-2, BERT).
 
-    def __init__(self, d_model: int, max_len: int) -> None:
+    Initialised N(0, ``std``) (nanoGPT's 0.02), small beside the token vectors; ``nn.Embedding``'s
+    N(0, 1) would drown them in position noise.
+    """
+
+    def __init__(self, d_model: int, max_len: int, std: float = 0.02) -> None:
         super().__init__()
         self.max_len = max_len
         self.table = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.table.weight, std=std)
 
     def forward(self, positions: Tensor) -> Tensor:  # [B, N] -> [B, N, d]
         # The range check reads a value back from the device: a clear error in eager mode,

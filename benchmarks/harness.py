@@ -1,0 +1,238 @@
+"""One benchmark methodology for every script in ``benchmarks/``.
+
+* **Interleaved repeats.** :func:`interleave` runs every case once per round, in turn,
+  for at least :data:`MIN_REPEATS` rounds, so a neighbour that slows the machine for a
+  while slows every case alike; :class:`Timing` reports the median with the min-max.
+* **First pass.** Each call receives its round number, so a case can read the round's
+  own slice of data and no timing comes from a cache warmed by an earlier round.
+* **Where it ran.** :func:`machine_line` names the CPU, cores, threads, load average
+  (before and after: a run with a neighbour is visible as such) and library versions;
+  :func:`peak_line` puts the theoretical fp32 peak (cores x FLOP/cycle x clock) beside a
+  measured matmul rate, at one thread and at all of them.
+* **Threads.** :func:`thread_counts` is ``[1, all cores]``; :func:`torch_threads` sets
+  torch's intra-op threads for a block.
+
+Scripts import it as ``from harness import ...`` (they run as ``python benchmarks/x.py``,
+which puts this folder on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib.metadata
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+MIN_REPEATS = 5
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds of one case over the rounds of an interleaved run."""
+
+    seconds: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    def rate(self, work: float) -> tuple[float, float, float]:
+        """``work`` per second: (median, slowest, fastest)."""
+        return work / self.median, work / max(self.seconds), work / min(self.seconds)
+
+    def rate_cell(self, work: float, fmt: str = ".1f") -> str:
+        """``median (min-max)`` of ``work`` per second, for a table cell."""
+        mid, low, high = self.rate(work)
+        return f"{mid:{fmt}} ({low:{fmt}}-{high:{fmt}})"
+
+    def seconds_cell(self, fmt: str = ".3f") -> str:
+        return f"{self.median:{fmt}} s ({min(self.seconds):{fmt}}-{max(self.seconds):{fmt}})"
+
+
+def ratio_cell(ours: Timing, reference: Timing) -> str:
+    """Reference time / our time (> 1: ours faster), from medians, with the range of per-round ratios."""
+    per_round = [r / o for o, r in zip(ours.seconds, reference.seconds, strict=True)]
+    return f"{reference.median / ours.median:.2f}x ({min(per_round):.2f}-{max(per_round):.2f})"
+
+
+def interleave(
+    cases: Mapping[str, Callable[[int], object]],
+    repeats: int = MIN_REPEATS,
+    *,
+    warmup: bool = True,
+    sync: Callable[[], None] = lambda: None,
+) -> dict[str, Timing]:
+    """Time ``case(round)`` for every case, round after round; ``warmup`` runs round -1 untimed first.
+
+    A case that must not see warm data uses its round number to pick data it has not
+    seen (round -1 is the warm-up's own). ``sync`` waits for queued device work (CUDA).
+    """
+    if repeats < MIN_REPEATS:
+        raise ValueError(f"at least {MIN_REPEATS} repeats, got {repeats}")
+    if warmup:
+        for case in cases.values():
+            case(-1)
+            sync()
+    seconds: dict[str, list[float]] = {name: [] for name in cases}
+    for round_ in range(repeats):
+        for name, case in cases.items():
+            sync()
+            start = time.perf_counter()
+            case(round_)
+            sync()
+            seconds[name].append(time.perf_counter() - start)
+    return {name: Timing(tuple(s)) for name, s in seconds.items()}
+
+
+# ----------------------------------------------------------------------------- threads
+
+
+def cores() -> int:
+    """Cores this process may run on (the affinity mask, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def thread_counts() -> list[int]:
+    """One thread and all cores (once, on a one-core machine)."""
+    return sorted({1, cores()})
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run a block with ``n`` torch intra-op threads, restoring the previous count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# ----------------------------------------------------------------------------- the machine
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or the architecture where that file is missing."""
+    for line in _cpuinfo_lines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages: a neighbour on a 2-core machine halves a timing."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def versions(packages: Sequence[str]) -> str:
+    """``python 3.11.7, torch 2.14.1, ...`` for the packages installed (missing ones are skipped)."""
+    found = [f"python {platform.python_version()}"]
+    for name in packages:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found.append(f"{name} {importlib.metadata.version(name)}")
+    return ", ".join(found)
+
+
+class Machine:
+    """The line every results file carries; create it before the runs and print it after them."""
+
+    def __init__(self, packages: Sequence[str] = ("torch",)) -> None:
+        self.packages = tuple(packages)
+        self.load_before = load_average()
+        self.started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+    def line(self, threads: str) -> str:
+        return (
+            f"Machine: {cpu_model()}, {cores()} cores, {threads}; load average {self.load_before} before and "
+            f"{load_average()} after (1, 5, 15 min); {versions(self.packages)}; run {self.started}."
+        )
+
+
+def _cpuinfo_lines() -> list[str]:
+    path = Path("/proc/cpuinfo")
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _cpu_field(name: str) -> str | None:
+    for line in _cpuinfo_lines():
+        if line.startswith(name):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def fp32_flops_per_cycle() -> tuple[int, str]:
+    """fp32 FLOP per cycle per core from the CPU's vector units, and how that was decided.
+
+    Two FMA pipes on every x86 core since Haswell and Zen 2; each FMA is 2 FLOP per lane.
+    256-bit pipes: 8 lanes, 32 FLOP/cycle. Intel's AVX-512 server cores have two 512-bit
+    pipes: 64. AMD before Zen 5 runs AVX-512 on its 256-bit pipes (32), Zen 5 (family 26) on
+    512-bit ones (64). Without FMA: 2 pipes x 4 SSE lanes x 1 FLOP = 8.
+    """
+    flags = set((_cpu_field("flags") or "").split())
+    vendor = _cpu_field("vendor_id") or ""
+    family = int(_cpu_field("cpu family") or 0)
+    if "avx512f" in flags and (vendor == "GenuineIntel" or family >= 26):
+        return 64, "2 x 512-bit FMA pipes"
+    if "fma" in flags:
+        return 32, "2 x 256-bit FMA pipes"
+    return 8, "SSE, no FMA"
+
+
+def clock_hz() -> tuple[float, str]:
+    """The core clock: the kernel's maximum frequency where exposed, else ``/proc/cpuinfo``'s MHz."""
+    max_freq = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+    if max_freq.exists():
+        return int(max_freq.read_text()) * 1e3, "cpufreq maximum"
+    mhz = _cpu_field("cpu MHz")
+    return (float(mhz) * 1e6, "/proc/cpuinfo, nominal under a hypervisor") if mhz else (0.0, "unknown")
+
+
+def theoretical_peak(threads: int) -> tuple[float, str]:
+    """fp32 FLOP/s of ``threads`` cores at full vector width, and the product that gives it."""
+    per_cycle, why = fp32_flops_per_cycle()
+    hz, source = clock_hz()
+    return threads * per_cycle * hz, f"{threads} x {per_cycle} FLOP/cycle ({why}) x {hz / 1e9:.2f} GHz ({source})"
+
+
+def matmul_rate(threads: int, n: int = 2048, repeats: int = MIN_REPEATS) -> Timing:
+    """Seconds of an ``n x n`` fp32 matmul on ``threads`` torch threads (``2 n^3`` FLOP each)."""
+    import torch
+
+    with torch_threads(threads):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        return interleave({"matmul": lambda _: a @ b}, repeats)["matmul"]
+
+
+def peak_line(threads: int, n: int = 2048) -> tuple[float, str]:
+    """Measured fp32 matmul FLOP/s at ``threads`` and the sentence that puts it beside the theoretical peak."""
+    measured = 2 * n**3 / matmul_rate(threads, n).median
+    peak, product = theoretical_peak(threads)
+    share = f" ({100 * measured / peak:.0f}% of it)" if peak else ""
+    return measured, (
+        f"fp32 peak at {threads} thread(s): theoretical {peak / 1e9:.0f} GFLOP/s = {product}; "
+        f"measured {measured / 1e9:.0f} GFLOP/s{share} (median {n}^3 matmul)"
+    )
+
+
+def write_results(name: str, text: str) -> Path:
+    """Write ``benchmarks/results/<name>`` and print it."""
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    return path
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
