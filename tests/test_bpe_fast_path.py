@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from tokformer.tokenizers import BPETokenizer, TokenizerError
 from tokformer.tokenizers import bpe as bpe_module
+from tokformer.tokenizers.bpe import SurrogateError
 from tokformer.tokenizers.bpe_merge import merge_short
 from tokformer.tokenizers.pretokenize import PATTERNS, chunker, pretokenizer
 
@@ -153,3 +154,17 @@ def test_merge_short_equals_the_textbook_rescan(ids):
         _, at = min(found)
         expected[at : at + 2] = [ranks[(expected[at], expected[at + 1])][1]]
     assert merge_short(list(ids), ranks) == expected
+
+
+def test_a_batch_of_lines_encodes_as_each_line_alone(tok):
+    """The batch fills every miss at once (shared pieces merged once): same ids as one line at a time."""
+    lines = [line for doc in real_files() for line in doc.splitlines()][:3000]
+    batched = fresh(tok).encode_batch(lines, num_workers=1)
+    alone = fresh(tok)
+    assert batched == [alone.encode(line) for line in lines]
+
+
+def test_a_surrogate_in_a_batch_is_named_in_its_own_text(tok):
+    texts = ["plain words here", "bad \ud800 here", "more words"]
+    with pytest.raises(SurrogateError, match="U\\+D800 at index 4"):
+        fresh(tok).encode_batch(texts, num_workers=1)
