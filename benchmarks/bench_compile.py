@@ -114,10 +114,7 @@ def lm_case(s: Sizes) -> Case:
     def forward(m: nn.Module, windows: torch.Tensor) -> Any:
         from tokformer.batch import TokenBatch
 
-        inputs = windows[:, :-1]
-        positions = torch.arange(inputs.shape[1], device=inputs.device).expand_as(inputs)
-        return m(TokenBatch(ids=inputs, mask=torch.ones_like(inputs, dtype=torch.bool), positions=positions),
-                 padded=False)
+        return m(TokenBatch.unpadded(windows[:, :-1]), padded=False)
 
     return Case(task, model, batch, forward)
 

@@ -19,7 +19,6 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from harness import (
     MIN_REPEATS,
     Machine,
@@ -32,11 +31,11 @@ from harness import (
 )
 from torch import nn
 
-from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
 from tokformer.embedding import Embedder
 from tokformer.language_model import CausalLM
 from tokformer.positional import LearnedPositions
+from tokformer.tasks.lm import token_nll
 
 
 def build(args: argparse.Namespace, trap: bool) -> CausalLM:
@@ -56,11 +55,10 @@ def batch(args: argparse.Namespace, round_: int) -> torch.Tensor:  # [B, N+1]
     return torch.randint(0, args.vocab, (args.batch, args.context + 1), generator=gen)
 
 
-def forward_loss(model: CausalLM, ids: torch.Tensor) -> torch.Tensor:
-    x = ids[:, :-1]
-    positions = torch.arange(x.shape[1]).expand_as(x)
-    tokens = TokenBatch(ids=x, mask=torch.ones_like(x, dtype=torch.bool), positions=positions)
-    return F.cross_entropy(model(tokens, padded=False).flatten(0, 1), ids[:, 1:].flatten())
+def forward_loss(model: CausalLM, windows: torch.Tensor) -> torch.Tensor:
+    """Mean next-token loss of ``windows`` ``[B, N+1]``, the lm task's own (:func:`token_nll`)."""
+    nll, n = token_nll(model, windows)
+    return nll / n
 
 
 def step_case(args: argparse.Namespace, trap: bool, flush: bool) -> Callable[[int], None]:

@@ -173,8 +173,7 @@ def tokformer_forward(model: CausalLM, ids: Tensor) -> Tensor:
     """Logits of unpadded ``ids`` ``[B, N]``, through the ``lm`` task's own path (``padded=False``)."""
     from tokformer.batch import TokenBatch
 
-    positions = torch.arange(ids.shape[1]).expand_as(ids)
-    return model(TokenBatch(ids=ids, mask=torch.ones_like(ids, dtype=torch.bool), positions=positions), padded=False)
+    return model(TokenBatch.unpadded(ids), padded=False)
 
 
 # ----------------------------------------------------------------------------- training

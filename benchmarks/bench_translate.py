@@ -91,9 +91,8 @@ def uncached_greedy(model: nn.Module, src: TokenBatch, bos: int, steps: int) -> 
     memory = model.encode(src)
     out = torch.full((src.batch_size, 1), bos)
     for _ in range(steps):
-        tgt = TokenBatch(mask=torch.ones_like(out, dtype=torch.bool), ids=out,
-                         positions=torch.arange(out.shape[1]).expand_as(out))
-        out = torch.cat([out, model.decode(tgt, memory, src.mask)[:, -1].argmax(-1, keepdim=True)], dim=1)
+        next_ids = model.decode(TokenBatch.unpadded(out), memory, src.mask)[:, -1].argmax(-1, keepdim=True)  # [B, 1]
+        out = torch.cat([out, next_ids], dim=1)
     return out[:, 1:].tolist()
 
 

@@ -131,9 +131,7 @@ def token_nll(model: nn.Module, windows: Tensor) -> tuple[Tensor, int]:
     A sum, not a mean, so callers average over tokens exactly, whatever the batch sizes.
     """
     inputs, targets = windows[:, :-1], windows[:, 1:]  # [B, T] each
-    positions = torch.arange(inputs.shape[1], device=inputs.device).expand_as(inputs)
-    tokens = TokenBatch(ids=inputs, mask=torch.ones_like(inputs, dtype=torch.bool), positions=positions)
-    logits = model(tokens, padded=False).float()  # [B, T, V]; packed windows hold no padding
+    logits = model(TokenBatch.unpadded(inputs), padded=False).float()  # [B, T, V]; packed windows hold no padding
     nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
     return nll, targets.numel()
 

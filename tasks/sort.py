@@ -102,9 +102,7 @@ class SortTask(Task):
         return SortDataset(make_sequences(c.eval_size, c.seq_len, c.vocab, c.data_seed + 1))
 
     def collate(self, samples: list[tuple[Tensor, Tensor]], train: bool) -> dict[str, TokenBatch | Tensor]:
-        ids = torch.stack([s[0] for s in samples])  # [B, N]
-        positions = torch.arange(ids.shape[1]).expand_as(ids)  # [B, N]
-        tokens = TokenBatch(ids=ids, mask=torch.ones_like(ids, dtype=torch.bool), positions=positions)
+        tokens = TokenBatch.unpadded(torch.stack([s[0] for s in samples]))  # [B, N]
         return {"tokens": tokens, "targets": torch.stack([s[1] for s in samples])}
 
     def build_model(self) -> SortModel:

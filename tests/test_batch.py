@@ -52,3 +52,10 @@ def test_token_batch_to_moves_every_tensor(device):
     assert moved.mask.device.type == device.type
     assert moved.positions.device.type == device.type
     assert moved.extras["e"].device.type == device.type
+
+
+def test_unpadded_batch_marks_every_token_real_and_counts_positions_per_row():
+    ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    batch = TokenBatch.unpadded(ids)
+    assert batch.ids is ids and batch.mask.all() and batch.mask.shape == (2, 3)
+    assert batch.positions.tolist() == [[0, 1, 2], [0, 1, 2]]

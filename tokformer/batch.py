@@ -60,6 +60,13 @@ class TokenBatch:
                 f"positions {tuple(self.positions.shape[:2])} and mask {tuple(self.mask.shape)} disagree on [B, N]"
             )
 
+    @classmethod
+    def unpadded(cls, ids: Tensor) -> TokenBatch:
+        """Ids ``[B, N]`` with no padding: every token real, positions 0..N-1 in every row (packed
+        LM windows, fixed-length sequences)."""
+        positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)  # [B, N]
+        return cls(ids=ids, mask=torch.ones_like(ids, dtype=torch.bool), positions=positions)
+
     @property
     def batch_size(self) -> int:
         return self.mask.shape[0]
