@@ -9,7 +9,6 @@ into one line and its exit code (2 for bad input, 1 for failed runs).
 from __future__ import annotations
 
 import json
-import math
 import os
 import types
 import typing
@@ -28,18 +27,18 @@ POSITIVE = click.IntRange(min=1)
 
 
 class FiniteFloat(click.ParamType):
-    """A float that is not NaN or infinite (click's FLOAT accepts both)."""
+    """A float that is not NaN or infinite (click's FLOAT accepts both), read by the config
+    layer's number parser, so a float option and a config value take the same numbers."""
 
     name = "float"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from tokformer.runtime.config import finite_float
+
         try:
-            number = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return number
+            return finite_float(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
 
 
 FINITE = FiniteFloat()
@@ -112,7 +111,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 def _is_rank0() -> bool:
     """Whether this process prints: rank 0 of a torchrun job (or the only process). Asked before any
     process group exists, so from torchrun's environment (read in one place, imported lazily)."""
-    from tokformer.engine.distributed import launch_env
+    from tokformer.runtime.distributed import launch_env
 
     return launch_env()[0] == 0
 
@@ -160,7 +159,7 @@ def config_flags(cls: type, section: str, defaults: dict[str, Any], taken: set[s
     (a task option named like a train option) is spelled ``--SECTION-NAME`` instead, so that
     a train flag means the same for every task. ``taken`` grows by the flags made.
     """
-    from tokformer.engine.config import config_fields, field_default
+    from tokformer.runtime.config import config_fields, field_default
 
     hints = typing.get_type_hints(cls)
     options = []
@@ -181,121 +180,117 @@ def config_flags(cls: type, section: str, defaults: dict[str, Any], taken: set[s
     return options
 
 
-def _task_named(args: list[str], takes_value: dict[str, bool]) -> str | None:
-    """The task a `tokformer train` command line trains, read before click parses it: TASK,
-    else the config file's [task] name, else the resumed run's; None when none is named.
-
-    TASK is the first argument that is neither an option nor an option's value. Which
-    options take a value is known (``takes_value``) for every option but the task's own,
-    which are unknown until the task is: an argument right after an unknown option is taken
-    as its value (most task options take one), so `--d-model 64 sort` names sort. Only a
-    task's on/off flag before TASK (`--no-flip classify`) hides the task; click then reports
-    the flag as unknown, and the error says to name the task first.
-    """
-    from tokformer.engine.config import load_config_file, split_sections
-
-    values: dict[str, str] = {}
-    after_unknown = False
-    rest = iter(args)
-    for arg in rest:
-        if arg == "--":
-            arg = next(rest, None)
-        elif arg.startswith("-") and len(arg) > 1:
-            if arg.startswith("--"):
-                option, eq, value = arg.partition("=")
-                attached = bool(eq)
-            else:  # a short option may carry its value: -cFILE
-                option, value = arg[:2], arg[2:]
-                attached = bool(value)
-            after_unknown = option not in takes_value and not attached
-            if takes_value.get(option):
-                values[option] = value if attached else next(rest, "")
-            continue
-        if arg is None:
-            break
-        if not after_unknown:
-            return arg
-        after_unknown = False  # the value of an unknown (task) option
-    config_file = values.get("--config", values.get("-c"))
-    resume = values.get("--resume")
-    if config_file:
-        name = split_sections(load_config_file(config_file), "config")[0]
-    elif resume and (Path(resume) / "config.json").is_file():
-        name = split_sections(load_config_file(Path(resume) / "config.json"), "config")[0]
-    else:
-        return None
-    return name if isinstance(name, str) else None  # anything else: the engine reports it
+def _option_names(params: list[click.Parameter]) -> set[str]:
+    return {opt for p in params if isinstance(p, click.Option) for opt in (*p.opts, *p.secondary_opts)}
 
 
-class TrainCommand(click.Command):
-    """`tokformer train`: besides its own options, one flag per TrainConfig field and one per
-    field of the task's config dataclass (``get_task(name).Config``, plug-ins included).
+def _format_sections(command: click.Command, ctx: click.Context, formatter: click.HelpFormatter,
+                     task: str | None = None) -> None:
+    """--help of `tokformer train [TASK]`: the task's options, then the train options, then the rest."""
+    sections: dict[str, list[tuple[str, str]]] = {"task": [], "train": [], "": []}
+    for param in command.get_params(ctx):
+        record = param.get_help_record(ctx) if isinstance(param, click.Option) else None
+        if record is not None:
+            section, sep, _ = (param.name or "").partition("__")
+            sections[section if sep else ""].append(record)
+    titles = {"task": f"Task options ({task})", "train": "Train options", "": "Options"}
+    for section, records in sections.items():
+        if records:
+            with formatter.section(titles[section]):
+                formatter.write_dl(records)
 
-    Which task, and so which flags, is known only from the arguments (TASK, the config
-    file's task name, or the resumed run's), so :meth:`parse_args` finds the task first and
-    click then parses, checks and documents its flags like any others. Building the flags
-    at parse time, not import time, also keeps the engine and torch out of `tokformer --help`.
-    """
 
-    FLAGS = "tokformer.train.flags"  # ctx.meta key: (task name or None, its flags)
+class TaskCommand(click.Command):
+    """`tokformer train TASK`: one flag per field of the task's config dataclass, then one per
+    TrainConfig field (with the task's ``train_defaults`` shown), then train's own options."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        known = [p for p in (*self.params, *self._flags(None)[1]) if isinstance(p, click.Option)]
-        takes_value = {opt: not p.is_flag for p in known for opt in (*p.opts, *p.secondary_opts)}
-        takes_value.update({"-h": False, "--help": False})
-        ctx.meta[self.FLAGS] = self._flags(_task_named(args, takes_value))
-        try:
-            return super().parse_args(ctx, args)
-        except click.NoSuchOption as e:
-            if ctx.meta[self.FLAGS][0] is not None:
-                raise
-            raise click.UsageError(f"{e.format_message()} If it is a task option, name the task first: "
-                                   f"tokformer train TASK {e.option_name} ...", ctx) from None
+    def __init__(self, name: str, task_cls: type, own: list[click.Parameter]) -> None:
+        from tokformer.runtime.config import TrainConfig
 
-    def _flags(self, task: str | None) -> tuple[str | None, list[click.Option]]:
-        from tokformer.engine.config import TrainConfig
-        from tokformer.engine.registry import get_task
-
-        task_cls = get_task(task).Config if task is not None else None
-        taken = {opt for p in self.params if isinstance(p, click.Option) for opt in (*p.opts, *p.secondary_opts)}
-        taken |= {"-h", "--help"}
-        flags = config_flags(TrainConfig, "train", dict(getattr(task_cls, "train_defaults", {})), taken)
-        if task_cls is not None:
-            flags += config_flags(task_cls, "task", {}, taken)
-        return task, flags
-
-    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        if self.FLAGS not in ctx.meta:  # help or completion asked before any argument was read
-            ctx.meta[self.FLAGS] = self._flags(None)
-        help_option = self.get_help_option(ctx)
-        return [*self.params, *ctx.meta[self.FLAGS][1], *([help_option] if help_option else [])]
+        config = task_cls.Config
+        taken = _option_names(own) | {"-h", "--help"}
+        train_flags = config_flags(TrainConfig, "train", dict(task_cls.train_defaults), taken)
+        doc = (task_cls.__doc__ or "").strip().splitlines()
+        super().__init__(name, context_settings=CONTEXT, callback=self.run,
+                         params=[*config_flags(config, "task", {}, taken), *train_flags, *own],
+                         help=f"{doc[0] if doc else ''}\n\nPrecedence: defaults < --config < -o/--set < flags.")
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        task, _ = ctx.meta.get(self.FLAGS, (None, []))
-        sections: dict[str, list[tuple[str, str]]] = {"": [], "train": [], "task": []}
-        for param in self.get_params(ctx):
-            record = param.get_help_record(ctx) if isinstance(param, click.Option) else None
-            if record is not None:
-                section, sep, _ = (param.name or "").partition("__")
-                sections[section if sep else ""].append(record)
-        titles = {"": "Options", "train": "Train options", "task": f"Task options ({task})"}
-        for section, records in sections.items():
-            if records:
-                with formatter.section(titles[section]):
-                    formatter.write_dl(records)
-        if task is None:
-            with formatter.section("Task options"):
-                formatter.write_text("`tokformer train TASK --help` lists them; `tokformer tasks` lists the tasks.")
+        _format_sections(self, ctx, formatter, self.name)
+
+    @staticmethod
+    def run(**values: Any) -> None:
+        """Train with this command's values over those given to `tokformer train` before TASK."""
+        ctx = click.get_current_context()
+        parent = ctx.parent.params if ctx.parent is not None else {}
+        merged = {**parent, **{key: value for key, value in values.items() if value is not None}}
+        merged["sets"] = (*parent.get("sets", ()), *values["sets"])
+        merged["overwrite"] = values["overwrite"] or parent.get("overwrite", False)
+        merged["quiet"] = values["quiet"] or parent.get("quiet", False)
+        implied = ctx.parent is not None and ctx.parent.meta.get(TrainGroup.IMPLIED)
+        _train(None if implied else ctx.info_name, **merged)
 
 
-def _with_task(config: dict[str, Any], task: str) -> dict[str, Any]:
-    section = config.get("task", {})
-    section = {"name": section} if isinstance(section, str) else dict(section)
-    return {**config, "task": {**section, "name": task}}
+class TrainGroup(TokformerGroup):
+    """`tokformer train`: its commands are the registered tasks (plug-ins included), each built
+    when named as a :class:`TaskCommand`. The group takes the train options and its own too, so
+    `tokformer train -c FILE` and `tokformer train --resume RUN` need no TASK; an option it does
+    not know goes to the command of the task they name (`tokformer train -c sort.toml --seq-len 5`).
+    Flags are built when asked, not at import: `tokformer --help` loads neither engine nor torch.
+    """
+
+    IMPLIED = "tokformer.train.implied"  # ctx.meta key: the task came from --config or --resume, not TASK
+    ignore_unknown_options = True  # kept for the task's command: see resolve_command
+    _train_flags: list[click.Option] | None = None
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if self._train_flags is None:
+            from tokformer.runtime.config import TrainConfig
+
+            self._train_flags = config_flags(TrainConfig, "train", {}, _option_names(self.params) | {"-h", "--help"})
+        help_option = self.get_help_option(ctx)
+        return [*self._train_flags, *self.params, *([help_option] if help_option else [])]
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from tokformer.runtime.registry import task_names
+
+        return task_names()
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        from tokformer.runtime.registry import get_task
+
+        try:
+            return TaskCommand(name, get_task(name), self.params)
+        except ConfigError:
+            return None
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str, click.Command, list[str]]:
+        """TASK; else, for an option the group does not know (kept for the task's command), the task
+        the --config file or the --resume'd run names."""
+        from tokformer.runtime.config import load_config_file, split_sections
+        from tokformer.runtime.registry import get_task
+        from tokformer.store.run_dir import saved_config
+
+        name, rest = args[0], args[1:]
+        if name.startswith("-"):
+            config_file, resume = ctx.params["config_file"], ctx.params["resume"]
+            config = load_config_file(config_file) if config_file else saved_config(Path(resume)) if resume else {}
+            name, rest = split_sections(config, "config")[0], args
+            if not isinstance(name, str):
+                option = args[0].partition("=")[0]
+                error = click.NoSuchOption(option, possibilities=_option_names(self.get_params(ctx)), ctx=ctx)
+                raise click.UsageError(f"{error.format_message()} If it is a task option, name the task first: "
+                                       f"tokformer train TASK {option} ...", ctx)
+            ctx.meta[self.IMPLIED] = True
+        return name, TaskCommand(name, get_task(name), self.params), rest  # get_task: unknown -> known ones
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        _format_sections(self, ctx, formatter)
+        self.format_commands(ctx, formatter)
 
 
-@main.command(cls=TrainCommand, context_settings=CONTEXT)
-@click.argument("task", required=False)
+@main.group(cls=TrainGroup, context_settings=CONTEXT, invoke_without_command=True,
+            subcommand_metavar="[TASK [TASK OPTIONS]...]")
 @click.option("-c", "--config", "config_file", metavar="FILE",
               help="TOML, YAML or JSON config with [task] (name + task options) and [train] sections.")
 @click.option("-o", "--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -304,18 +299,31 @@ def _with_task(config: dict[str, Any], task: str) -> dict[str, Any]:
 @click.option("--resume", metavar="RUN_DIR", help="Continue RUN_DIR from its latest checkpoint (exactly).")
 @click.option("--overwrite", is_flag=True, help="Replace the run directory if it already exists.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or info lines (for CI and log files).")
-def train(task: str | None, config_file: str | None, sets: tuple[str, ...], resume: str | None,
-          overwrite: bool, quiet: bool, **flags: str | bool | None) -> None:
+@click.pass_context
+def train(ctx: click.Context, **values: Any) -> None:
     """Train TASK (e.g. sort): `tokformer train TASK --help` lists its options, `tokformer tasks` the tasks.
 
-    Name TASK first (or in the --config file); its options are flags like the train options
-    (--d-model 128, --flip/--no-flip, --d-ff none). A task option named like a train option
-    is spelled --task-NAME. Precedence: defaults < --config < -o/--set < flags. The resolved
-    config is saved as RUN_DIR/config.json. Runs under `torchrun --nproc-per-node N` unchanged.
+    Name TASK before its options (or name it in the --config file); its options are flags like
+    the train options (--d-model 128, --flip/--no-flip, --d-ff none). A task option named like a
+    train option is spelled --task-NAME. Precedence: defaults < --config < -o/--set < flags. The
+    resolved config is saved as RUN_DIR/config.json. Runs under `torchrun --nproc-per-node N` unchanged.
     """
+    if ctx.invoked_subcommand is None:  # no TASK: the --config file's or the --resume'd run's
+        _train(None, **values)
+
+
+def _with_task(config: dict[str, Any], task: str) -> dict[str, Any]:
+    section = config.get("task", {})
+    section = {"name": section} if isinstance(section, str) else dict(section)
+    return {**config, "task": {**section, "name": task}}
+
+
+def _train(task: str | None, config_file: str | None, sets: tuple[str, ...], resume: str | None,
+           overwrite: bool, quiet: bool, **flags: str | bool | None) -> None:
+    """Train from `tokformer train`'s values: flags arrive as strings, coerced by the config layer."""
     from tokformer.engine import api
-    from tokformer.engine.config import load_config_file, parse_override
     from tokformer.engine.progress import configure_logging
+    from tokformer.runtime.config import load_config_file, parse_override
 
     configure_logging(quiet or not _is_rank0())
     overrides: dict[str, Any] = dict(parse_override(s) for s in sets)
@@ -384,7 +392,7 @@ def predict(run_dir: str, inputs: tuple[str, ...], top_k: int | None, checkpoint
     INPUTS are what the task reads: sort: digits ("3 1 2" or 312); classify: image files; graph:
     graph files; lm: prompts; translate: sentences.
     """
-    from tokformer.engine.pretrained import load
+    from tokformer.store.loader import load
 
     predictor = load(run_dir, checkpoint, device)
     options = {} if top_k is None else {"top_k": top_k}
@@ -463,7 +471,7 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
     """Translate SENTENCE (or --file, or the held-out split with --eval) with a `tokformer train translate` run
     or its model folder (tokformer export)."""
     from tokformer.engine.progress import progress
-    from tokformer.tasks.translate import evaluate, load_translator, read_sentences, translate
+    from tokformer.tasks.translate import held_out_scores, load_translator, read_sentences, translate
 
     if (sentence is not None) + (in_file is not None) + held_out != 1:
         raise click.UsageError("give exactly one of SENTENCE, --file and --eval")
@@ -477,7 +485,7 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
     sources = model.task.pairs()[1] if held_out else read_sentences(in_file)
     with progress(not quiet, total=len(sources), desc="translate", unit="sent") as bar:
         if held_out:
-            for name, value in evaluate(model, on_batch=bar.update, **options).items():
+            for name, value in held_out_scores(model, on_batch=bar.update, **options).items():
                 click.echo(f"{name}: {value:.4g}")
             return
         try:
@@ -488,7 +496,7 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
     if out_file is None:
         click.echo(text, nl=False)
     else:
-        from tokformer.engine.checkpoint import write_text_atomic
+        from tokformer.store.atomic import write_text_atomic
 
         write_text_atomic(Path(out_file), text)  # an interrupted run never leaves a half-written file
 
@@ -502,7 +510,7 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
 def export(run_dir: str, out: str, checkpoint: str, fmt: typing.Literal["folder", "onnx"]) -> None:
     """Write a checkpoint of RUN_DIR as a model folder: what generate, translate, predict, evaluate
     and tokformer.from_pretrained load, and what init_from fine-tunes."""
-    from tokformer.engine.pretrained import export_run
+    from tokformer.interop.export import export_run
 
     folder = export_run(run_dir, out, checkpoint=checkpoint, format=fmt)
     click.echo(f"exported {run_dir} ({checkpoint} checkpoint) to {folder}")
@@ -513,8 +521,8 @@ def export(run_dir: str, out: str, checkpoint: str, fmt: typing.Literal["folder"
 def tasks(name: str | None) -> None:
     """List the registered tasks, or the options of task NAME with their defaults (as -o NAME=VALUE;
     `tokformer train NAME --help` shows them as flags)."""
-    from tokformer.engine.config import config_fields, field_default
-    from tokformer.engine.registry import get_task, task_names
+    from tokformer.runtime.config import config_fields, field_default
+    from tokformer.runtime.registry import get_task, task_names
 
     if name is None:
         for task_name in task_names():
@@ -624,15 +632,12 @@ def data_prepare_lm(source: str, out: str, tokenizer: str | None, vocab_size: in
 
 
 def _seed_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
-    if value is None:
-        return None
+    from tokformer.runtime.config import coerce
+
     try:
-        seeds = tuple(int(s) for s in value.split(",") if s.strip())
-    except ValueError:
+        return None if value is None else coerce(value, tuple[int, ...], "--seeds")
+    except ConfigError:
         raise click.BadParameter(f"expected comma-separated integers like 0,1,2, got {value!r}") from None
-    if not seeds:
-        raise click.BadParameter("give at least one seed")
-    return seeds
 
 
 @main.command(context_settings=CONTEXT)

@@ -44,7 +44,7 @@ from harness import Machine, Timing, interleave, markdown_table, ratio_cell, thr
 from torch import nn
 
 from tokformer.engine.data import to_device
-from tokformer.engine.task import Task
+from tokformer.runtime.task import Task
 
 LM_TARGET = 1.3
 

@@ -32,7 +32,7 @@ from harness import (
 )
 from timm.models.vision_transformer import VisionTransformer
 
-from tokformer.tokenizers.timm_vit import from_timm
+from tokformer.interop.timm import from_timm
 
 
 def parse_args() -> argparse.Namespace:

@@ -27,28 +27,32 @@ from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import BlockOptions, TransformerConfig
-from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
-from tokformer.engine import checkpoint as ckpt
-from tokformer.engine.config import help_text
-from tokformer.engine.distributed import Dist
-from tokformer.engine.pretrained import Predictor, folder_kind, load, load_model, read_json, task_name
+from tokformer.engine import (
+    TOKENIZER_DIR,
+    Dist,
+    Predictor,
+    StepOutput,
+    Task,
+    help_text,
+    load,
+    read_json_object,
+    register_task,
+)
 from tokformer.errors import ConfigError, DataError
-from tokformer.heads import ClassificationHead, label_smoothing_cross_entropy, show_ranked, topk_correct
+from tokformer.heads import ClassificationHead
+from tokformer.interop.timm import ViTSpec, build_vit, from_timm_state_dict, read_weights, spec_from_state_dict
+from tokformer.losses import label_smoothing_cross_entropy
+from tokformer.metrics import topk_correct
 from tokformer.tasks import image_baselines, image_data
+from tokformer.tasks.display import show_ranked
 from tokformer.tokenizers.image import ImagePatchTokenizer
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
 from tokformer.tokenizers.registry import load_tokenizer
-from tokformer.tokenizers.timm_vit import ViTSpec, build_vit, from_timm_state_dict, read_weights, spec_from_state_dict
 
 CLASSES_FILE = "classes.json"
-# The architecture an init_from model brought (a timm ViT spec, or a classify model's shape options):
-# a run rebuilds its model from this, never from the init_from source, which may be gone by then.
-INIT_FILE = "init_from.json"
-#: Options that fix the shape of a classify model; a tokformer init_from model sets them.
-ARCH_FIELDS = ("image_size", "patch_size", "tokenizer", "cnn_width", "cnn_depth", "position", "pool", "d_model",
-               "n_heads", "n_layers", "n_registers",
-               "rope_theta", *(f.name for f in dataclasses.fields(BlockOptions)))
-HEAD = "head.proj."  # the classifier layer: re-initialised when init_from has another class count
+# A model in timm's ViT layout (fine-tuned from a timm model: final norm, fc_norm, d_ff... that
+# the config's options do not express) is rebuilt from this asset, never from the timm source.
+VIT_SPEC_FILE = "vit_spec.json"
 
 
 
@@ -62,21 +66,26 @@ class ClassifyConfig(BlockOptions):
     train_size: int = field(default=8000, metadata=help_text("built-in shapes: training images"))
     eval_size: int = field(default=1000, metadata=help_text("built-in shapes: evaluation images"))
     data_seed: int = field(default=1234, metadata=help_text("seed of the built-in data and of folder splits"))
-    image_size: int = field(default=32, metadata=help_text("training image side in pixels"))
-    patch_size: int = field(default=16, metadata=help_text("patch side in pixels"))
+    image_size: int = field(default=32, metadata=help_text("training image side in pixels", architecture=True))
+    patch_size: int = field(default=16, metadata=help_text("patch side in pixels", architecture=True))
     tokenizer: Literal["local", "linear"] = field(default="local", metadata=help_text(
-        "patch embedding: local (a small CNN per patch, seeing that patch only) or linear (a plain ViT)"))
-    cnn_width: int = field(default=32, metadata=help_text("local tokenizer: channels of its first conv"))
-    cnn_depth: int = field(default=2, metadata=help_text("local tokenizer: conv stages"))
+        "patch embedding: local (a small CNN per patch, seeing that patch only) or linear (a plain ViT)",
+        architecture=True))
+    cnn_width: int = field(default=32,
+        metadata=help_text("local tokenizer: channels of its first conv", architecture=True))
+    cnn_depth: int = field(default=2, metadata=help_text("local tokenizer: conv stages", architecture=True))
     position: Literal["sincos", "learned", "rope"] = field(default="sincos", metadata=help_text(
-        "2-D positions: sincos or learned codes added to patches, or rope (rotary, in attention)"))
-    rope_theta: float = field(default=100.0, metadata=help_text("rotary frequency base (position=rope)"))
+        "2-D positions: sincos or learned codes added to patches, or rope (rotary, in attention)", architecture=True))
+    rope_theta: float = field(default=100.0,
+        metadata=help_text("rotary frequency base (position=rope)", architecture=True))
     pool: Literal["cls", "mean", "map"] = field(default="mean", metadata=help_text(
-        "mean of patch tokens (learns fastest on small data), class token, or map (attention pooling)"))
-    n_registers: int = field(default=0, metadata=help_text("register tokens (scratch tokens dropped at the output)"))
-    d_model: int = field(default=64, metadata=help_text("token width"))
-    n_heads: int = field(default=4, metadata=help_text("attention heads"))
-    n_layers: int = field(default=4, metadata=help_text("encoder blocks"))
+        "mean of patch tokens (learns fastest on small data), class token, or map (attention pooling)",
+        architecture=True))
+    n_registers: int = field(default=0,
+        metadata=help_text("register tokens (scratch tokens dropped at the output)", architecture=True))
+    d_model: int = field(default=64, metadata=help_text("token width", architecture=True))
+    n_heads: int = field(default=4, metadata=help_text("attention heads", architecture=True))
+    n_layers: int = field(default=4, metadata=help_text("encoder blocks", architecture=True))
     dropout: float = field(default=0.0, metadata=help_text("dropout in blocks and before the head"))
     label_smoothing: float = field(default=0.1, metadata=help_text("label smoothing of the cross-entropy"))
     crop_scale: float = field(default=1.0, metadata=help_text("random resized crop: smallest area kept (1 = no crop)"))
@@ -84,9 +93,6 @@ class ClassifyConfig(BlockOptions):
         "random horizontal flips (off by default: they break digits, text and other chiral classes)"))
     mixup: float = field(default=0.0, metadata=help_text("mixup alpha (0 = off)"))
     cutmix: float = field(default=0.0, metadata=help_text("cutmix alpha (0 = off)"))
-    init_from: str = field(default="", metadata=help_text(
-        "fine-tune from: a timm ViT file (.safetensors, .pth, .bin), a timm hub folder, or a classify model "
-        "folder or run; the model's shape (and a timm model's normalisation) comes from it"))
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -126,6 +132,7 @@ class ClassifyTask(Task):
 
     Config = ClassifyConfig
     best_metric = "accuracy"
+    fresh_on_mismatch = ("head.proj.",)  # the classifier layer: retrained for another class count
     higher_is_better = True
 
     def __init__(self, config: ClassifyConfig) -> None:
@@ -137,8 +144,6 @@ class ClassifyTask(Task):
         self.confusion: Tensor | None = None  # [C, C] counts (true, predicted) of the last evaluation pass
         self._eval_set: Dataset | None = None
         self._vit_spec: ViTSpec | None = None  # the shape of a timm init_from model (its head: ours)
-        self._init_record: dict[str, Any] | None = None  # what INIT_FILE holds
-        self._init_state: dict[str, Tensor] | None = None  # init_from weights, our key names, until build_model
 
     # -- data --------------------------------------------------------------------------
 
@@ -159,8 +164,6 @@ class ClassifyTask(Task):
 
     def train_dataset(self) -> Dataset:
         train, self._eval_set = self._datasets()
-        if self.config.init_from and self._init_record is None:  # a new run (resume loaded the record)
-            self._read_init_from()
         c = self.config
         return image_data.Augmented(train, image_data.train_transform(c.image_size, c.crop_scale, c.flip))
 
@@ -227,65 +230,37 @@ class ClassifyTask(Task):
                 pool_heads=c.n_heads,
             )
             model = EncoderClassifier(self.tokenizer.build_embedder(c.d_model), c.transformer(), head)
-        if self._init_state is not None:
-            self._load_init_state(model)
         return model
 
     # -- fine-tuning (init_from) -------------------------------------------------------
 
-    def _read_init_from(self) -> None:
-        """Take tokenizer, architecture and weights from ``init_from``; the weights wait for build_model."""
-        source = Path(self.config.init_from)
-        if source.is_file():
-            self._from_timm(read_weights(source), {})
-            return
-        kind = folder_kind(source)
-        if kind == "timm":
-            self._from_timm(read_weights(_timm_weights_file(source)), read_json(source / "config.json"))
-            return
-        task, model = load_model(source)
-        if not isinstance(task, ClassifyTask):
-            raise ConfigError(f"init_from {source} holds a '{task_name(task)}' model; classify needs an image "
-                              "classifier (a ViT): the architectures differ")
-        if task._vit_spec is not None:
-            self._vit_spec = task._vit_spec
-            self._init_record = {"vit_spec": _spec_dict(task._vit_spec)}
-        else:
-            shape = {name: getattr(task.config, name) for name in ARCH_FIELDS}
-            # the saved tokenizer decides (a run made before the tokenizer option has a linear one)
-            shape["tokenizer"] = "local" if isinstance(task.tokenizer, LocalPatchTokenizer) else "linear"
-            self._init_record = {"config": shape}
-            self.config = dataclasses.replace(self.config, **self._init_record["config"])
-        self.tokenizer = task.tokenizer
-        self._init_state = model.state_dict()
+    def adopt(self, source: Task) -> dict[str, Any]:
+        """Fine-tuning from a classify model: its architecture options and the tokenizer kind its saved
+        tokenizer has (a run made before the ``tokenizer`` option has a linear one); its timm layout,
+        if any, came with its assets; its head is retrained if our class count differs."""
+        local = isinstance(self.tokenizer, LocalPatchTokenizer)  # the source's, loaded with its assets
+        return {**super().adopt(source), "tokenizer": "local" if local else "linear"}
 
-    def _from_timm(self, state: dict[str, Tensor], hub_config: dict[str, Any]) -> None:
-        """A timm ViT state dict (and its hub ``config.json``, if any) -> spec, tokenizer, initial weights."""
-        pretrained = hub_config.get("pretrained_cfg") or {}
+    def adopt_foreign(self, path: Path, config: dict[str, Any]) -> dict[str, Tensor]:
+        """A timm ViT file or hub folder (``config``: its ``config.json``) -> spec, tokenizer (with the
+        model's own normalisation), and its weights under our names."""
+        state = read_weights(path if path.is_file() else _timm_weights_file(path))
+        pretrained = config.get("pretrained_cfg") or {}
         overrides: dict[str, Any] = {}
         if "input_size" in pretrained:
             overrides["image_size"] = tuple(pretrained["input_size"][1:])
-        if hub_config.get("global_pool") in ("token", "avg"):
-            overrides["pool"] = {"token": "cls", "avg": "mean"}[hub_config["global_pool"]]
-        if "num_heads" in (hub_config.get("model_args") or {}):
-            overrides["n_heads"] = hub_config["model_args"]["num_heads"]
+        if config.get("global_pool") in ("token", "avg"):
+            overrides["pool"] = {"token": "cls", "avg": "mean"}[config["global_pool"]]
+        if "num_heads" in (config.get("model_args") or {}):
+            overrides["n_heads"] = config["model_args"]["num_heads"]
         if "head.weight" not in state:  # a headless (feature) checkpoint: the head is ours anyway
-            overrides["n_classes"] = len(self.classes)
+            overrides["n_classes"] = 1
         spec = spec_from_state_dict(state, **overrides)
         norm = {key: pretrained[key] for key in ("mean", "std") if key in pretrained}
         with torch.device("meta"):  # only the tokenizer is wanted now: skip allocating and initialising weights
             self.tokenizer = build_vit(spec, **norm)[0]
         self._vit_spec = spec
-        self._init_record = {"vit_spec": _spec_dict(spec)}
-        self._init_state = from_timm_state_dict(state, spec)
-
-    def _load_init_state(self, model: EncoderClassifier) -> None:
-        """init_from's weights into ``model``; its head is kept only if the class count matches."""
-        state, fresh = dict(self._init_state or {}), model.state_dict()
-        if any(k.startswith(HEAD) and v.shape != fresh[k].shape for k, v in state.items() if k in fresh):
-            state.update({k: v for k, v in fresh.items() if k.startswith(HEAD)})
-        ckpt.load_fitting(model, state, f"init_from {self.config.init_from}", "its architecture")
-        self._init_state = None  # loaded once; a rebuilt model (load_run) gets checkpoint weights instead
+        return from_timm_state_dict(state, spec)
 
     def step(self, model: nn.Module, batch: dict[str, Any]) -> StepOutput:
         logits = model(batch["tokens"]).float()  # [B, C]
@@ -318,8 +293,9 @@ class ClassifyTask(Task):
     def save_assets(self, run_dir: Path) -> None:
         self.tokenizer.save(run_dir / TOKENIZER_DIR)
         (run_dir / CLASSES_FILE).write_text(json.dumps(self.classes, indent=1) + "\n", encoding="utf-8")
-        if self._init_record is not None:
-            (run_dir / INIT_FILE).write_text(json.dumps(self._init_record, indent=1) + "\n", encoding="utf-8")
+        if self._vit_spec is not None:
+            spec = {**dataclasses.asdict(self._vit_spec), "image_size": list(self._vit_spec.image_size)}
+            (run_dir / VIT_SPEC_FILE).write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
 
     def load_assets(self, run_dir: Path) -> None:
         tokenizer = load_tokenizer(run_dir / TOKENIZER_DIR)
@@ -330,21 +306,7 @@ class ClassifyTask(Task):
         if not (isinstance(classes, list) and all(isinstance(x, str) for x in classes)):
             raise DataError(f"{run_dir / CLASSES_FILE}: expected a JSON list of class names")
         self.classes = classes
-        if (run_dir / INIT_FILE).is_file():
-            self._apply_init_record(run_dir / INIT_FILE)
-
-    def _apply_init_record(self, file: Path) -> None:
-        """The architecture an init_from model gave this run (its weights come from the checkpoint)."""
-        record = read_json(file)
-        try:
-            if "vit_spec" in record:
-                spec = dict(record["vit_spec"], image_size=tuple(record["vit_spec"]["image_size"]))
-                self._vit_spec = ViTSpec(**spec)
-            else:
-                self.config = dataclasses.replace(self.config, **record["config"])
-        except (KeyError, TypeError, ValueError) as err:
-            raise ConfigError(f"{file}: not an init_from architecture record ({err})") from None
-        self._init_record = record
+        self._vit_spec = _read_vit_spec(run_dir / VIT_SPEC_FILE) if (run_dir / VIT_SPEC_FILE).is_file() else None
 
     def predict(self, model: nn.Module, inputs: Sequence[Any], top_k: int = 5) -> list[list[tuple[str, float]]]:
         """Top ``top_k`` (class, probability) pairs per image (PIL images, tensors or file paths)."""
@@ -403,7 +365,7 @@ def predict(source: str | os.PathLike | Predictor, images: Sequence[Any], *, top
     """Top ``top_k`` (class, probability) per image: the Python form of ``tokformer predict``.
 
     ``source`` is a classify run directory (weights of ``checkpoint``), a model folder, or the
-    :class:`~tokformer.engine.pretrained.Predictor` of ``tokformer.load(path)``: load once and
+    :class:`~tokformer.engine.Predictor` of ``tokformer.load(path)``: load once and
     pass that when predicting many times, since loading a path rebuilds the model.
     """
     predictor = source if isinstance(source, Predictor) else load(source, checkpoint, device)
@@ -412,9 +374,13 @@ def predict(source: str | os.PathLike | Predictor, images: Sequence[Any], *, top
     return predictor(images, top_k=top_k)
 
 
-def _spec_dict(spec: ViTSpec) -> dict[str, Any]:
-    """A ViTSpec as JSON (its tuple image size as a list)."""
-    return {**dataclasses.asdict(spec), "image_size": list(spec.image_size)}
+def _read_vit_spec(file: Path) -> ViTSpec:
+    """The timm-layout architecture a run or model folder was built with (:data:`VIT_SPEC_FILE`)."""
+    record = read_json_object(file)
+    try:
+        return ViTSpec(**{**record, "image_size": tuple(record["image_size"])})
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"{file}: not a ViT architecture record ({err})") from None
 
 
 def _timm_weights_file(folder: Path) -> Path:

@@ -38,12 +38,11 @@ from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import BlockOptions, TransformerConfig
-from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
-from tokformer.engine.config import help_text
-from tokformer.engine.distributed import Dist
+from tokformer.engine import TOKENIZER_DIR, Dist, StepOutput, Task, help_text, register_task
 from tokformer.errors import ConfigError, DataError
-from tokformer.heads import ClassificationHead, show_ranked
+from tokformer.heads import ClassificationHead
 from tokformer.masks import padding_or_none
+from tokformer.tasks.display import show_ranked
 from tokformer.tasks.graph_data import BUILTIN, LabeledGraphs, labeled_graphs, load_graphs, read_graph, stratified_folds
 from tokformer.tokenizers.graph import GraphEncoding, GraphTokenizer
 from tokformer.tokenizers.graph_layers import GraphAttention
@@ -74,33 +73,38 @@ class GraphConfig(BlockOptions):
     data_seed: int = field(default=0, metadata=help_text("seed of the built-in generators and of the fold split"))
     folds: int = field(default=5, metadata=help_text("stratified folds the data is cut into"))
     fold: int = field(default=0, metadata=help_text("the fold held out for evaluation"))
-    k: int = field(default=20, metadata=help_text("Laplacian eigenvectors per node"))
-    positions: Literal["laplacian", "none"] = field(default="laplacian", metadata=help_text("node positions"))
+    k: int = field(default=20, metadata=help_text("Laplacian eigenvectors per node", architecture=True))
+    positions: Literal["laplacian", "none"] = field(default="laplacian",
+        metadata=help_text("node positions", architecture=True))
     eigenvalues: bool = field(default=True, metadata=help_text(
-        "append the eigenvalues to the positions (CSL needs them: see docs/graphs.md)"))
+        "append the eigenvalues to the positions (CSL needs them: see docs/graphs.md)", architecture=True))
     sign_flip: bool = field(default=True, metadata=help_text("random eigenvector sign flips while training"))
     node_features: Literal["degree", "constant", "attributes"] = field(
-        default="degree", metadata=help_text("what a node token carries"))
-    node_attributes: list[str] = field(default_factory=list, metadata=help_text("node attributes read as features"))
+        default="degree", metadata=help_text("what a node token carries", architecture=True))
+    node_attributes: list[str] = field(default_factory=list,
+        metadata=help_text("node attributes read as features", architecture=True))
     categorical: list[str] = field(default_factory=list,
-        metadata=help_text("attributes one-hot encoded even if numeric"))
+        metadata=help_text("attributes one-hot encoded even if numeric", architecture=True))
     attention: Literal["full", "bias", "mask", "sparse"] = field(default="full", metadata=help_text(
         "full; bias: edge_bias on edges; mask: neighbours only; sparse: as mask, computed per edge"
-        " (O(edges) memory, for large graphs)"))
+        " (O(edges) memory, for large graphs)", architecture=True))
     edge_bias: float = field(default=1.0, metadata=help_text("initial attention bias of an edge (attention=bias)"))
     learn_bias: bool = field(default=False, metadata=help_text(
-        "learn one attention bias per head for self, edge and graph-token pairs (attention=bias/mask/sparse)"))
+        "learn one attention bias per head for self, edge and graph-token pairs (attention=bias/mask/sparse)",
+        architecture=True))
     position_reader: Literal["linear", "signnet"] = field(default="linear", metadata=help_text(
         "linear: a projection; signnet: sign-invariant, reads eigenvectors along edges (needed for CSL"
-        " without eigenvalues: docs/graphs.md)"))
-    signnet_width: int = field(default=16, metadata=help_text("SignNet channels per eigenvector"))
-    signnet_layers: int = field(default=2, metadata=help_text("SignNet GIN layers"))
-    pool: Literal["cls", "mean"] = field(default="cls", metadata=help_text("graph token (cls) or mean of nodes"))
-    d_model: int = field(default=64, metadata=help_text("token width"))
-    n_heads: int = field(default=4, metadata=help_text("attention heads"))
-    n_layers: int = field(default=3, metadata=help_text("encoder blocks"))
+        " without eigenvalues: docs/graphs.md)", architecture=True))
+    signnet_width: int = field(default=16, metadata=help_text("SignNet channels per eigenvector", architecture=True))
+    signnet_layers: int = field(default=2, metadata=help_text("SignNet GIN layers", architecture=True))
+    pool: Literal["cls", "mean"] = field(default="cls",
+        metadata=help_text("graph token (cls) or mean of nodes", architecture=True))
+    d_model: int = field(default=64, metadata=help_text("token width", architecture=True))
+    n_heads: int = field(default=4, metadata=help_text("attention heads", architecture=True))
+    n_layers: int = field(default=3, metadata=help_text("encoder blocks", architecture=True))
     dropout: float = field(default=0.0, metadata=help_text("dropout"))
-    n_registers: int = field(default=0, metadata=help_text("register tokens (scratch tokens dropped at the output)"))
+    n_registers: int = field(default=0,
+        metadata=help_text("register tokens (scratch tokens dropped at the output)", architecture=True))
 
     def __post_init__(self) -> None:
         for name in ("per_class", "k", "signnet_width", "signnet_layers"):

@@ -34,14 +34,23 @@ from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
 from tokformer.config import BlockOptions, TransformerConfig
-from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
-from tokformer.engine import checkpoint as ckpt
-from tokformer.engine.config import help_text
-from tokformer.engine.distributed import Dist, barrier, local
-from tokformer.engine.pretrained import folder_kind, load_model, read_json, saved_task_name
-from tokformer.engine.progress import LOGGER
-from tokformer.engine.trainer import evaluate_model
-from tokformer.errors import ConfigError, UsageError
+from tokformer.engine import (
+    LOGGER,
+    TOKENIZER_DIR,
+    Dist,
+    StepOutput,
+    Task,
+    barrier,
+    evaluate_model,
+    help_text,
+    load_model,
+    local,
+    read_json_object,
+    register_task,
+    saved_task_name,
+    write_json_atomic,
+)
+from tokformer.errors import ConfigError, DataError, UsageError
 from tokformer.generation import generate, left_pad
 from tokformer.language_model import CausalLM
 from tokformer.sampling import SamplingConfig
@@ -52,12 +61,6 @@ from tokformer.tokenizers.bpe import BPETokenizer
 UNIGRAM = "unigram model of the training split (add-one smoothed token frequencies)"
 CORPUS_DIR = "corpus"
 SHARDS_RECORD = "shards.json"  # a run on prepared shards: the index it started on
-# The shape an init_from model gave a run: the run rebuilds its model from this, never from the
-# init_from source, which may be gone by then.
-INIT_FILE = "init_from.json"
-#: LMConfig options that are about data and training, not the model's shape: init_from keeps ours.
-NOT_SHAPE = frozenset({"data", "stdlib_bytes", "tokenizer", "vocab_size", "tokenizer_chars", "val_fraction",
-                       "data_seed", "dropout", "init_from"})
 log = logging.getLogger(LOGGER)
 
 
@@ -69,33 +72,37 @@ class LMConfig(BlockOptions):
     stdlib_bytes: int = field(default=lm_data.STDLIB_BYTES,
                               metadata=help_text("size of the built-in stdlib corpus in bytes"))
     tokenizer: str = field(default="", metadata=help_text("saved BPE tokenizer dir to use (default: train one)"))
-    init_from: str = field(default="", metadata=help_text(
-        "fine-tune from a model folder, lm run or Hugging Face folder: its tokenizer and shape replace ours"))
     vocab_size: int = field(default=lm_data.VOCAB_SIZE,
                             metadata=help_text("BPE vocabulary size when training the tokenizer"))
     tokenizer_chars: int = field(default=lm_data.TOKENIZER_CHARS,
                                  metadata=help_text("characters of the corpus the BPE trains on"))
     val_fraction: float = field(default=0.05, metadata=help_text("held-out share of the tokens (whole documents)"))
     data_seed: int = field(default=lm_data.DATA_SEED, metadata=help_text("seed of the document order"))
-    context_len: int = field(default=64, metadata=help_text("tokens the model sees (training window, max length)"))
-    d_model: int = field(default=128, metadata=help_text("token width"))
-    n_heads: int = field(default=4, metadata=help_text("attention heads (must divide d_model)"))
-    n_layers: int = field(default=2, metadata=help_text("decoder blocks"))
-    d_ff: int | None = field(default=None, metadata=help_text("feed-forward width (default 4*d_model)"))
+    context_len: int = field(default=64,
+        metadata=help_text("tokens the model sees (training window, max length)", architecture=True))
+    d_model: int = field(default=128, metadata=help_text("token width", architecture=True))
+    n_heads: int = field(default=4, metadata=help_text("attention heads (must divide d_model)", architecture=True))
+    n_layers: int = field(default=2, metadata=help_text("decoder blocks", architecture=True))
+    d_ff: int | None = field(default=None,
+        metadata=help_text("feed-forward width (default 4*d_model)", architecture=True))
     dropout: float = field(default=0.1, metadata=help_text(
         "dropout; 0.1 keeps a small corpus (~200 KB) from being overfitted within the default budget"))
-    tie_embeddings: bool = field(default=True, metadata=help_text("share the input embedding with the output layer"))
+    tie_embeddings: bool = field(default=True,
+        metadata=help_text("share the input embedding with the output layer", architecture=True))
     position: Literal["learned", "rope", "none"] = field(default="learned", metadata=help_text(
-        "learned table (GPT-2), rope (rotary, Llama) or none"))
-    rope_theta: float = field(default=10000.0, metadata=help_text("rotary frequency base (position=rope)"))
+        "learned table (GPT-2), rope (rotary, Llama) or none", architecture=True))
+    rope_theta: float = field(default=10000.0,
+        metadata=help_text("rotary frequency base (position=rope)", architecture=True))
     activation: str = field(default="gelu", metadata=help_text(
-        "feed-forward activation: gelu, gelu_tanh, quick_gelu, relu, silu"))
-    norm_eps: float = field(default=1e-5, metadata=help_text("norm epsilon"))
+        "feed-forward activation: gelu, gelu_tanh, quick_gelu, relu, silu", architecture=True))
+    norm_eps: float = field(default=1e-5, metadata=help_text("norm epsilon", architecture=True))
     bos_token: str | None = field(default=EOT, metadata=help_text(
-        "token every prompt starts with, as training documents do (none: no prefix)"))
-    eos_token: str | None = field(default=EOT, metadata=help_text("token that ends a generated continuation"))
+        "token every prompt starts with, as training documents do (none: no prefix)", architecture=True))
+    eos_token: str | None = field(default=EOT,
+        metadata=help_text("token that ends a generated continuation", architecture=True))
     embedding_rows: int | None = field(default=None, metadata=help_text(
-        "rows of the embedding table and output layer (default: the tokenizer's vocabulary; a loaded model may pad)"))
+        "rows of the embedding table and output layer (default: the tokenizer's vocabulary; a loaded model may pad)",
+        architecture=True))
 
     def __post_init__(self) -> None:
         for name in ("stdlib_bytes", "vocab_size", "tokenizer_chars", "context_len"):
@@ -103,8 +110,6 @@ class LMConfig(BlockOptions):
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
-        if self.init_from and self.tokenizer:
-            raise ValueError("init_from brings its own tokenizer: drop tokenizer=")
         self.transformer()  # validate the model shape now, not halfway into a run
 
     def transformer(self) -> TransformerConfig:
@@ -146,8 +151,6 @@ class LMTask(Task):
         super().__init__(config)
         self.tokenizer: BPETokenizer | None = None
         self.corpus: lm_data.TokenCorpus | lm_shards.ShardedCorpus | None = None
-        self._init_record: dict | None = None  # what INIT_FILE holds
-        self._init_state: dict[str, Tensor] | None = None  # init_from weights, until build_model
 
     # -- data ------------------------------------------------------------------------
 
@@ -156,8 +159,6 @@ class LMTask(Task):
         loaded) and packs the corpus into ``run_dir``, the other processes wait and load both.
         A run directory that already holds them (a resume, ``tokformer evaluate``) is reused.
         A ``data`` that is a shards directory is read where it is (:meth:`_setup_shards`)."""
-        if self.config.init_from and self._init_record is None:  # every process: its weights are needed
-            self._read_init_from()
         shards = lm_shards.find_shards(self.config.data)
         if shards is not None:
             self._setup_shards(run_dir, dist, shards)
@@ -183,8 +184,7 @@ class LMTask(Task):
                 corpus.tokenizer().save(run_dir / TOKENIZER_DIR)
             barrier(dist)
             self.tokenizer = BPETokenizer.load(run_dir / TOKENIZER_DIR)
-        source = f"init_from {self.config.init_from}" if self.config.init_from else f"the tokenizer of {run_dir}"
-        corpus.check_tokenizer(self.tokenizer, source)
+        corpus.check_tokenizer(self.tokenizer, f"the tokenizer of {run_dir} (or of init_from)")
         self._check_same_shards(run_dir, dist, shards, corpus)
         log.info("corpus: %d shards, %d tokens (%d held out)", len(corpus.index.shards), corpus.index.tokens,
                  corpus.index.tokens - corpus.eval_start)
@@ -198,9 +198,9 @@ class LMTask(Task):
         index = json.loads(json.dumps(dataclasses.asdict(corpus.index)))  # as read back: lists, not tuples
         if not record.is_file():
             if dist.is_main:
-                ckpt.write_json_atomic(record, index)
+                write_json_atomic(record, index)
             barrier(dist)
-        elif read_json(record) != index:
+        elif read_json_object(record) != index:
             raise ConfigError(f"{shards} was prepared again since {run_dir} started (its shard index differs from "
                               f"{record}); resuming needs the same shards, or start a new run")
 
@@ -237,7 +237,13 @@ class LMTask(Task):
         return lm_data.WindowDataset(self._prepared(), "eval", self.config.context_len)
 
     def collate(self, samples: list[Tensor], train: bool) -> Tensor:
-        return torch.stack(samples)  # [B, context_len + 1]
+        """Windows stacked into ``[B, context_len + 1]``; an id past the vocabulary (a damaged or foreign
+        corpus file) is a one-line DataError here rather than an index error inside the model."""
+        windows = torch.stack(samples)  # [B, context_len + 1]
+        if self.tokenizer is not None and windows.numel() and int(windows.max()) >= self.tokenizer.vocab_size:
+            raise DataError(f"the corpus holds token id {int(windows.max())}, past the tokenizer's vocabulary of "
+                            f"{self.tokenizer.vocab_size}: its files are damaged or were made with another tokenizer")
+        return windows
 
     @property
     def user_data(self) -> bool:
@@ -274,36 +280,16 @@ class LMTask(Task):
     def build_model(self) -> CausalLM:
         if self.tokenizer is None:
             raise ConfigError("the lm task has no tokenizer yet: run setup(run_dir, dist) or load_assets(run_dir)")
-        model = build_lm(self.tokenizer, self.config)
-        if self._init_state is not None:
-            ckpt.load_fitting(model, self._init_state, f"init_from {self.config.init_from}", "its config")
-            self._init_state = None  # loaded once; a rebuilt model (load_run) gets checkpoint weights instead
-        return model
+        return build_lm(self.tokenizer, self.config)
 
-    def _read_init_from(self) -> None:
-        """Tokenizer, shape and weights from ``init_from``; the weights wait for build_model."""
-        source = self.config.init_from
-        if Path(source).is_file() or folder_kind(source) == "timm":
-            raise ConfigError(f"init_from {source} is an image model's weights (timm), not a language-model folder: "
-                              "the architectures differ")
-        task, model = load_model(source)
-        if not isinstance(task, LMTask) or task.tokenizer is None:
-            raise ConfigError(f"init_from {source} holds a '{type(task).__name__}' model; lm needs a language model: "
-                              "the architectures differ")
-        if EOT not in task.tokenizer.special_tokens:
-            raise ConfigError(f"the tokenizer of init_from {source} has no {EOT} token to separate documents")
-        self._apply_init_record({"config": {k: v for k, v in dataclasses.asdict(task.config).items()
-                                            if k not in NOT_SHAPE}})
-        self.tokenizer = task.tokenizer
-        self._init_state = model.state_dict()
-
-    def _apply_init_record(self, record: dict) -> None:
-        """Adopt the shape options an init_from model brought (``record["config"]``)."""
-        try:
-            self.config = dataclasses.replace(self.config, **record["config"])
-        except (KeyError, TypeError, ValueError) as err:
-            raise ConfigError(f"init_from {self.config.init_from}: cannot adopt its shape ({err})") from None
-        self._init_record = record
+    def adopt(self, source: Task) -> dict[str, Any]:
+        """Fine-tuning: the source's tokenizer (already loaded) must separate documents with
+        ``<|endoftext|>``; its architecture options replace ours."""
+        if self.config.tokenizer:
+            raise ConfigError("init_from brings its own tokenizer: drop tokenizer=")
+        if self.tokenizer is None or EOT not in self.tokenizer.special_tokens:
+            raise ConfigError(f"the tokenizer of the init_from model has no {EOT} token to separate documents")
+        return super().adopt(source)
 
     def step(self, model: nn.Module, batch: Tensor) -> StepOutput:
         nll, n = token_nll(model, batch)
@@ -332,17 +318,13 @@ class LMTask(Task):
     # -- assets ----------------------------------------------------------------------
 
     def save_assets(self, run_dir: Path) -> None:
-        """The tokenizer and the init_from record (the packed corpus stays in the run directory only)."""
+        """The tokenizer (the packed corpus stays in the run directory only)."""
         assert self.tokenizer is not None
         self.tokenizer.save(run_dir / TOKENIZER_DIR)
-        if self._init_record is not None:
-            (run_dir / INIT_FILE).write_text(json.dumps(self._init_record, indent=1) + "\n", encoding="utf-8")
 
     def load_assets(self, run_dir: Path) -> None:
         """The tokenizer (the corpus is setup's business: generation needs none)."""
         self.tokenizer = BPETokenizer.load(run_dir / TOKENIZER_DIR)
-        if (run_dir / INIT_FILE).is_file():
-            self._apply_init_record(read_json(run_dir / INIT_FILE))
 
     def export_example(self) -> tuple[TokenBatch]:
         """``model(*args)`` arguments to trace for export: two texts of different lengths, tokenized

@@ -31,7 +31,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from tokformer.engine.progress import LOGGER
+from tokformer import files
+from tokformer.engine import LOGGER
 from tokformer.errors import ConfigError, DataError
 from tokformer.files import read_bytes
 from tokformer.tokenizers.bpe import BPETokenizer
@@ -245,7 +246,7 @@ class TokenCorpus:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         try:
-            self.meta = CorpusMeta(**json.loads((self.directory / META_FILE).read_text(encoding="utf-8")))
+            self.meta = CorpusMeta(**files.loads((self.directory / META_FILE).read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError) as err:
             raise DataError(f"no readable packed corpus in {self.directory} ({err}); train the run again") from None
         self._ids: np.ndarray | None = None

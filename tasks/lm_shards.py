@@ -37,10 +37,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tokformer.engine.checkpoint import TOKENIZER_DIR, fsync_dir, tokenizer_fingerprint, write_json_atomic
-from tokformer.engine.progress import LOGGER, progress
+from tokformer.engine import LOGGER, TOKENIZER_DIR, fsync_dir, progress, tokenizer_fingerprint, write_json_atomic
 from tokformer.errors import ConfigError, DataError
-from tokformer.files import read_json
+from tokformer.files import inside, read_json
 from tokformer.tasks import lm_data
 from tokformer.tokenizers.bpe import BPETokenizer
 
@@ -337,7 +336,7 @@ def read_index(directory: Path) -> ShardIndex:
         raise corrupt(f"its shards do not add up to its {index.tokens} tokens")
     itemsize = np.dtype(index.dtype).itemsize
     for shard in index.shards:
-        file = directory / shard.file
+        file = inside(directory, shard.file, f"{directory / INDEX_FILE}: shard file", DataError)
         size = file.stat().st_size if file.is_file() else None
         if Path(shard.file).name != shard.file or size != shard.tokens * itemsize:
             found = "missing" if size is None else f"{size} bytes"

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from tokformer.batch import TokenBatch
+from tokformer.config import ARCHITECTURE
 from tokformer.embedding import Embedder
 from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
 from tokformer.errors import DataError
@@ -30,15 +31,16 @@ from tokformer.transformer import Encoder, TransformerConfig
 
 @dataclass
 class SortConfig:
-    seq_len: int = field(default=8, metadata={"help": "digits per sequence"})
-    vocab: int = field(default=10, metadata={"help": "distinct symbols (digits 0..vocab-1)"})
+    seq_len: int = field(default=8, metadata={"help": "digits per sequence", ARCHITECTURE: True})
+    vocab: int = field(default=10, metadata={"help": "distinct symbols (digits 0..vocab-1)", ARCHITECTURE: True})
     train_size: int = field(default=20000, metadata={"help": "training sequences"})
     eval_size: int = field(default=1000, metadata={"help": "held-out sequences"})
     data_seed: int = field(default=1234, metadata={"help": "seed of the sequence generator"})
-    d_model: int = field(default=64, metadata={"help": "token width"})
-    n_heads: int = field(default=4, metadata={"help": "attention heads (must divide d_model)"})
-    n_layers: int = field(default=2, metadata={"help": "encoder blocks"})
-    d_ff: int | None = field(default=None, metadata={"help": "feed-forward width (default 4*d_model)"})
+    d_model: int = field(default=64, metadata={"help": "token width", ARCHITECTURE: True})
+    n_heads: int = field(default=4, metadata={"help": "attention heads (must divide d_model)", ARCHITECTURE: True})
+    n_layers: int = field(default=2, metadata={"help": "encoder blocks", ARCHITECTURE: True})
+    d_ff: int | None = field(default=None,
+        metadata={"help": "feed-forward width (default 4*d_model)", ARCHITECTURE: True})
     dropout: float = field(default=0.0, metadata={"help": "dropout"})
 
     def __post_init__(self) -> None:

@@ -25,18 +25,26 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import sacrebleu
+import torch
 import torch.nn.functional as F
 from sacrebleu.metrics.bleu import BLEU
-from torch import nn
+from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
 from tokformer.beam_search import DecodeConfig, beam_search, greedy_decode
 from tokformer.config import BlockOptions, TransformerConfig
-from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
-from tokformer.engine.config import help_text
-from tokformer.engine.distributed import Dist, barrier
-from tokformer.engine.pretrained import Predictor, load
-from tokformer.engine.progress import LOGGER
+from tokformer.engine import (
+    LOGGER,
+    TOKENIZER_DIR,
+    Dist,
+    Predictor,
+    StepOutput,
+    Task,
+    barrier,
+    help_text,
+    load,
+    register_task,
+)
 from tokformer.errors import ConfigError, DataError
 from tokformer.seq2seq import Seq2Seq
 from tokformer.tasks.numbers_de import number_pairs, split_numbers
@@ -60,11 +68,6 @@ log = logging.getLogger(LOGGER)
 
 @dataclass
 class TranslateConfig(BlockOptions):
-    #: Engine settings that suit this task (flags and config files still win): the default
-    #: data is learned to high held-out exact match with these in a few CPU minutes.
-    train_defaults: ClassVar[dict[str, Any]] = {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 150,
-                                                "eval_every": 500}
-
     data: str | None = field(default=None, metadata=help_text(
         "training pairs: a .tsv (source<TAB>target), a .jsonl ({src, tgt}), or the source-side text "
         "file with data_tgt; none: English numbers -> German number words"))
@@ -78,17 +81,18 @@ class TranslateConfig(BlockOptions):
     data_seed: int = field(default=1234, metadata=help_text("seed of data generation and held-out split"))
     vocab_size: int = field(default=420, metadata=help_text("BPE vocabulary per side (256 bytes + merges + 3)"))
     bpe_sample: int = field(default=10000, metadata=help_text("training pairs the BPE is learned from"))
-    shared_vocab: bool = field(default=True, metadata=help_text("one BPE for source and target"))
+    shared_vocab: bool = field(default=True, metadata=help_text("one BPE for source and target", architecture=True))
     share_embeddings: bool = field(default=True, metadata=help_text(
-        "one embedding table for encoder, decoder and output (needs shared_vocab)"))
-    max_len: int = field(default=64, metadata=help_text("longest sentence in tokens, per side"))
+        "one embedding table for encoder, decoder and output (needs shared_vocab)", architecture=True))
+    max_len: int = field(default=64, metadata=help_text("longest sentence in tokens, per side", architecture=True))
     too_long: Literal["error", "skip"] = field(default="skip", metadata=help_text(
         "a pair longer than max_len: skip (a warning counts them) or error (naming file:line)"))
-    d_model: int = field(default=128, metadata=help_text("token width"))
-    n_heads: int = field(default=4, metadata=help_text("attention heads"))
-    encoder_layers: int = field(default=3, metadata=help_text("encoder blocks"))
-    decoder_layers: int = field(default=3, metadata=help_text("decoder blocks"))
-    d_ff: int | None = field(default=None, metadata=help_text("feed-forward width (default 4*d_model)"))
+    d_model: int = field(default=128, metadata=help_text("token width", architecture=True))
+    n_heads: int = field(default=4, metadata=help_text("attention heads", architecture=True))
+    encoder_layers: int = field(default=3, metadata=help_text("encoder blocks", architecture=True))
+    decoder_layers: int = field(default=3, metadata=help_text("decoder blocks", architecture=True))
+    d_ff: int | None = field(default=None,
+        metadata=help_text("feed-forward width (default 4*d_model)", architecture=True))
     dropout: float = field(default=0.0, metadata=help_text(
         "dropout; 0 suits the default data (each pair is seen under twice), 0.1-0.3 small real corpora"))
     label_smoothing: float = field(default=0.1, metadata=help_text("label smoothing of the cross-entropy"))
@@ -151,6 +155,9 @@ class TranslateTask(Task):
     Config = TranslateConfig
     best_metric = "exact_match"
     higher_is_better = True
+    # the default data is learned to high held-out exact match with these in a few CPU minutes
+    train_defaults: ClassVar[dict[str, Any]] = {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 150,
+                                                "eval_every": 500}
 
     def __init__(self, config: TranslateConfig) -> None:
         super().__init__(config)
@@ -218,6 +225,9 @@ class TranslateTask(Task):
             log.warning("skipped %d of %d %s pairs longer than max_len %d tokens (the first: %s); "
                         "too_long=error stops instead", len(skipped), len(pairs), split, limit, skipped[0])
         return TranslationDataset([src[i] for i in keep], [tgt[i] for i in keep], self.config.bucket_pool)
+
+    def epoch_order(self, dataset: TranslationDataset, generator: torch.Generator, global_batch: int) -> Tensor:
+        return dataset.epoch_order(generator, global_batch)  # length bucketing
 
     def train_dataset(self) -> TranslationDataset:
         return self._dataset(self.pairs()[0], "training")
@@ -398,7 +408,7 @@ def score(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = 
             "exact_match": 100.0 * exact / max(1, len(refs))}
 
 
-def evaluate(run_dir_or_model: str | os.PathLike | Predictor, *, beam_size: int | None = None,
+def held_out_scores(run_dir_or_model: str | os.PathLike | Predictor, *, beam_size: int | None = None,
              length_penalty: float | None = None, batch_size: int = 64, checkpoint: str = "best",
              device: str = "cpu", on_batch: Callable[[int], None] | None = None) -> dict[str, float]:
     """BLEU, chrF and exact match (percent) of a run on its task's held-out split, decoded

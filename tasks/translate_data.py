@@ -14,7 +14,7 @@ every later pair, and a TSV or JSONL file with holes is more likely broken than 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.errors import DataError
 from tokformer.files import read_text
@@ -57,18 +58,35 @@ def _nonempty(text: str, where: str, what: str) -> str:
     return text
 
 
-def read_tsv(path: str | Path) -> list[Pair]:
-    """``source<TAB>target`` lines; exactly one tab per line."""
+def _pairs_by_line(
+    path: str | Path, parse: Callable[[str, str], tuple[str, str]], names: tuple[str, str]
+) -> list[Pair]:
+    """One pair per line of ``path``: ``parse(line, where)`` gives its two raw sides.
+
+    The one-pair-per-line formats (TSV, JSONL) share this loop so that every pair's origin,
+    and every error about a line, names it the same way: ``file:line``. ``names`` are the
+    two sides' names in the empty-side error.
+    """
     path = Path(path)
     pairs = []
     for number, line in enumerate(read_lines(path), start=1):
         where = f"{path}:{number}"
-        fields = line.split("\t")
-        if len(fields) != 2:
-            found = "no tab" if len(fields) == 1 else f"{len(fields) - 1} tabs"
-            raise DataError(f"{where}: expected 'source<TAB>target', found {found}")
-        pairs.append(Pair(_nonempty(fields[0], where, "source"), _nonempty(fields[1], where, "target"), where))
+        src, tgt = parse(line, where)
+        pairs.append(Pair(_nonempty(src, where, names[0]), _nonempty(tgt, where, names[1]), where))
     return pairs
+
+
+def read_tsv(path: str | Path) -> list[Pair]:
+    """``source<TAB>target`` lines; exactly one tab per line."""
+    return _pairs_by_line(path, _tsv_sides, ("source", "target"))
+
+
+def _tsv_sides(line: str, where: str) -> tuple[str, str]:
+    fields = line.split("\t")
+    if len(fields) != 2:
+        found = "no tab" if len(fields) == 1 else f"{len(fields) - 1} tabs"
+        raise DataError(f"{where}: expected 'source<TAB>target', found {found}")
+    return fields[0], fields[1]
 
 
 def read_aligned(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:
@@ -88,21 +106,20 @@ def read_aligned(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:
 
 def read_jsonl(path: str | Path) -> list[Pair]:
     """One JSON object ``{"src": str, "tgt": str}`` per line (other keys are ignored)."""
-    path = Path(path)
-    pairs = []
-    for number, line in enumerate(read_lines(path), start=1):
-        where = f"{path}:{number}"
-        if not line.strip():
-            raise DataError(f"{where}: empty line; every line must hold a JSON object")
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}: not valid JSON ({e.msg})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("src"), str) \
-                or not isinstance(record.get("tgt"), str):
-            raise DataError(f'{where}: expected an object with string fields "src" and "tgt"')
-        pairs.append(Pair(_nonempty(record["src"], where, "src"), _nonempty(record["tgt"], where, "tgt"), where))
-    return pairs
+    return _pairs_by_line(path, _jsonl_sides, ("src", "tgt"))
+
+
+def _jsonl_sides(line: str, where: str) -> tuple[str, str]:
+    if not line.strip():
+        raise DataError(f"{where}: empty line; every line must hold a JSON object")
+    try:
+        record = files.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}: not valid JSON ({e.msg})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("src"), str) \
+            or not isinstance(record.get("tgt"), str):
+        raise DataError(f'{where}: expected an object with string fields "src" and "tgt"')
+    return record["src"], record["tgt"]
 
 
 def read_pairs(path: str | Path, tgt_path: str | Path | None = None) -> list[Pair]:

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from tokformer.cli import main
-from tokformer.engine import checkpoint as ckpt
 from tokformer.engine import evaluate, load_run, train
-from tokformer.engine.checkpoint import list_checkpoints, step_dir
 from tokformer.errors import CheckpointError
+from tokformer.store import checkpoints, sharded, steps, training_state, weights
+from tokformer.store.steps import list_checkpoints, step_dir
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,7 +40,7 @@ def copy_run(run, tmp_path, name="copy"):
     return shutil.copytree(run, tmp_path / name)
 
 
-def weights(run, step):
+def weights_of(run, step):
     return load_file(step_dir(run, step) / "model.safetensors")
 
 
@@ -76,7 +76,7 @@ def test_damaged_training_state_is_named_too(finished, tmp_path):
     run = copy_run(finished, tmp_path)
     (step_dir(run, 12) / "state.json").write_text("{\"step\": 12, ")
     with pytest.raises(CheckpointError, match="step-00000012 is damaged"):
-        ckpt.load_state(step_dir(run, 12))
+        training_state.load_training_state(step_dir(run, 12))
 
 
 def test_resume_skips_a_damaged_latest_checkpoint_and_stays_exact(finished, tmp_path, caplog):
@@ -85,8 +85,8 @@ def test_resume_skips_a_damaged_latest_checkpoint_and_stays_exact(finished, tmp_
     (step_dir(run, 8) / "state.json").write_text("not json")  # the one before is damaged too
     assert train(resume=run, quiet=True).step == 12
     assert "resuming from the checkpoint before it" in caplog.text
-    for key, value in weights(finished, 12).items():  # redone from step 4, bitwise
-        assert torch.equal(weights(run, 12)[key], value), key
+    for key, value in weights_of(finished, 12).items():  # redone from step 4, bitwise
+        assert torch.equal(weights_of(run, 12)[key], value), key
 
 
 def test_resume_with_every_checkpoint_damaged_is_an_error(finished, tmp_path):
@@ -126,28 +126,29 @@ def test_checkpoint_with_a_mismatched_tokenizer_is_refused(finished, tmp_path):
 def test_full_disk_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch, strategy, writes_before):
     """The third save (step 12) runs out of space half-way through its weights: ``model.safetensors``
     (ddp: two files per checkpoint) or the process's shard (fsdp: one file per checkpoint)."""
-    from tokformer.engine import sharded_checkpoint
-
-    module = ckpt if strategy == "ddp" else sharded_checkpoint
-    real_save, calls = module.save_file, []
+    # the modules that write safetensors files: whole checkpoints write the weights and the training state
+    modules = (weights, training_state) if strategy == "ddp" else (sharded,)
+    real_saves, calls = {module: module.save_file for module in modules}, []
 
     def save_until_the_disk_fills(tensors, path, metadata=None):
         calls.append(path)
         if len(calls) == writes_before + 1:
             path.write_bytes(b"\0" * 100)
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real_save(tensors, path, metadata=metadata)
+        real_saves[modules[0]](tensors, path, metadata=metadata)
 
-    monkeypatch.setattr(module, "save_file", save_until_the_disk_fills)
+    for module in modules:
+        monkeypatch.setattr(module, "save_file", save_until_the_disk_fills)
     run = tmp_path / "run"
     with pytest.raises(CheckpointError, match="checkpoint of step 12 .*No space left on device.*intact"):
         train("sort", quiet=True, steps=12, run_dir=str(run), strategy=strategy, **TINY)
     assert list_checkpoints(run) == [4, 8]
-    assert not list((run / ckpt.CHECKPOINTS).glob(".tmp-*")), "the partial write is cleaned up"
+    assert not list((run / steps.CHECKPOINTS).glob(".tmp-*")), "the partial write is cleaned up"
     _, model = load_run(run, checkpoint="latest")  # the previous checkpoint loads
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
-    monkeypatch.setattr(module, "save_file", real_save)  # space freed: resume finishes the run
+    for module, real_save in real_saves.items():  # space freed: resume finishes the run
+        monkeypatch.setattr(module, "save_file", real_save)
     assert train(resume=run, quiet=True).step == 12
 
 
@@ -191,7 +192,7 @@ def test_a_missing_shard_is_a_one_line_error_and_resume_falls_back_to_the_checkp
     assert f"checkpoint {step_dir(run, 12)} is incomplete: shard {SHARD} is missing" in result.output
     assert train(resume=run, quiet=True).step == 12
     assert "is missing" in caplog.text and "resuming from the checkpoint before it" in caplog.text
-    resumed, straight = (ckpt.load_model_state(step_dir(r, 12)) for r in (run, sharded_run))
+    resumed, straight = (checkpoints.load_model_state(step_dir(r, 12)) for r in (run, sharded_run))
     assert all(torch.equal(resumed[k], straight[k]) for k in straight), "redone from step 8, bitwise"
 
 

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokformer.cli import main
-from tokformer.engine.config import TrainConfig
+from tokformer.runtime.config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -92,6 +92,7 @@ BAD_INPUT = {
     "missing argument": (lambda p: ["predict"], "Missing argument 'RUN_DIR'"),
     "flag out of range": (lambda p: ["predict", str(p), "x.png", "--top-k", "0"], "0 is not in the range x>=1"),
     "non-finite number": (lambda p: ["generate", str(p), "--temperature", "nan"], "'nan' is not a finite number"),
+    "non-finite config value": (lambda p: ["train", "sort", "--lr", "inf"], "train.lr: 'inf' is not a finite number"),
     "resume and overwrite": (lambda p: ["train", "--resume", str(p), "--overwrite"], "give one of them"),
     "conflicting translate inputs": (lambda p: ["translate", str(p), "hi", "--eval"], "exactly one of SENTENCE"),
 }

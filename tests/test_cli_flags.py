@@ -10,15 +10,18 @@ from __future__ import annotations
 import json
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from tokformer.cli import main
-from tokformer.engine import api, registry
-from tokformer.engine.config import TrainConfig, config_fields, help_text
-from tokformer.engine.task import Task
+from tokformer.engine import api
 from tokformer.engine.trainer import RunResult
+from tokformer.runtime import registry
+from tokformer.runtime.config import TrainConfig, config_fields, help_text
+from tokformer.runtime.task import Task
+from tokformer.store.run_dir import saved_config
 
 
 @pytest.fixture
@@ -27,9 +30,9 @@ def resolved(monkeypatch: pytest.MonkeyPatch) -> list:
     calls: list = []
 
     def fake_train(config=None, *, resume=None, overwrite=False, quiet=False, **overrides):
-        base = api.saved_config(api.Path(resume)) if resume is not None else config
+        base = saved_config(Path(resume)) if resume is not None else config
         calls.append((api.resolve_config(base, **overrides), resume))
-        return RunResult(run_dir=api.Path("nowhere"), step=0)
+        return RunResult(run_dir=Path("nowhere"), step=0)
 
     monkeypatch.setattr(api, "train", fake_train)
     return calls
@@ -51,7 +54,7 @@ def test_task_help_lists_the_task_options_as_flags_with_defaults_and_help():
     result = invoke("train", "classify", "--help")
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "Task options (classify):" in out and "Train options:" in out
+    assert out.index("Task options (classify):") < out.index("Train options:") < out.index("\nOptions:")
     for flag in ("--data TEXT", "--d-model INT", "--flip / --no-flip", "--n-kv-heads INT|none",
                  "--qkv-bias [true|false|none]", "--norm [layer|rms]", "--lr FLOAT"):
         assert flag in out, flag
@@ -83,11 +86,13 @@ def test_flags_set_task_and_train_options(resolved):
     assert task.layer_scale == 0.1 and cfg.train.steps == 7
 
 
-def test_task_flags_may_come_before_the_task(resolved):
-    result = invoke("train", "--d-model", "32", "-q", "sort", "--seq-len", "5")
+def test_train_options_may_come_before_the_task_and_win_after_it(resolved):
+    result = invoke("train", "--steps", "7", "--lr", "0.01", "-q", "-o", "seq_len=6", "sort", "--d-model", "32",
+                    "-o", "n_layers=1", "--lr", "0.002")
     assert result.exit_code == 0, result.output
     [(cfg, _)] = resolved
-    assert (cfg.task, cfg.task_config.d_model, cfg.task_config.seq_len) == ("sort", 32, 5)
+    assert (cfg.task, cfg.task_config.seq_len, cfg.task_config.d_model, cfg.task_config.n_layers) == ("sort", 6, 32, 1)
+    assert (cfg.train.steps, cfg.train.lr) == (7, 0.002)
 
 
 def test_precedence_defaults_file_set_flags(resolved, tmp_path):
@@ -108,6 +113,9 @@ def test_task_named_only_in_the_config_file_still_gets_its_flags(resolved, tmp_p
     result = invoke("train", "-c", str(config), "--seq-len", "4")
     assert result.exit_code == 0, result.output
     assert resolved[0][0].task_config.seq_len == 4
+    result = invoke("train", "-c", str(config), "--steps", "3")  # no task option: the group trains it alone
+    assert result.exit_code == 0, result.output
+    assert (resolved[1][0].task, resolved[1][0].train.steps) == ("sort", 3)
 
 
 def test_resume_takes_flags_of_the_runs_task(resolved, tmp_path):
@@ -116,8 +124,9 @@ def test_resume_takes_flags_of_the_runs_task(resolved, tmp_path):
     (run / "config.json").write_text(json.dumps({"task": {"name": "sort", "seq_len": 5}, "train": {"steps": 3}}))
     result = invoke("train", "--resume", str(run), "--steps", "9", "--seq-len", "5")
     assert result.exit_code == 0, result.output
-    [(cfg, resume)] = resolved
-    assert resume == str(run) and cfg.train.steps == 9 and cfg.task_config.seq_len == 5
+    assert invoke("train", "--resume", str(run), "--steps", "8").exit_code == 0
+    [(cfg, resume), (again, _)] = resolved
+    assert resume == str(run) and cfg.train.steps == 9 and cfg.task_config.seq_len == 5 and again.train.steps == 8
 
 
 def test_a_task_option_named_like_a_train_option_is_spelled_task_name(resolved, tasks_sandbox):
@@ -160,6 +169,8 @@ UNKNOWN_FLAGS = {
     "typo of a task flag": (["train", "sort", "--d_model", "3"], "No such option '--d_model'. Did you mean '--d-mod"),
     "another task's flag": (["train", "sort", "--flip"], "No such option '--flip'"),
     "task on/off flag before the task": (["train", "--no-flip", "classify"], "name the task first"),
+    "task flag before the task": (["train", "--d-model", "32", "sort"], "name the task first: tokformer train TASK"),
+    "resume and a task": (["train", "sort", "--resume", "runs/x"], "drop TASK and --config"),
     "bad value": (["train", "sort", "--d-model", "wide"], "d_model: expected an integer, got 'wide'"),
     "bad choice": (["train", "classify", "--norm", "batch"], "norm: expected one of layer, rms"),
 }

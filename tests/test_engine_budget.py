@@ -12,10 +12,10 @@ from safetensors.torch import load_file
 from torch import nn
 
 from tokformer.engine import StepOutput, Task, register_task, train
-from tokformer.engine.checkpoint import list_checkpoints, step_dir
 from tokformer.engine.progress import LOGGER
 from tokformer.engine.watch import Watch
 from tokformer.errors import ConfigError
+from tokformer.store.steps import list_checkpoints, step_dir
 from tokformer.tasks.classify import ClassifyConfig, ClassifyTask
 from tokformer.tasks.graph import GraphConfig, GraphTask
 from tokformer.tasks.lm import LMConfig, LMTask

@@ -8,9 +8,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tokformer.engine import checkpoint as ckpt
 from tokformer.engine.rng import rng_state, set_rng_state
 from tokformer.errors import ConfigError
+from tokformer.store import atomic, checkpoints, steps, training_state, whole
 
 
 def test_split_and_join_tensors_round_trip():
@@ -18,63 +18,63 @@ def test_split_and_join_tensors_round_trip():
     opt.param_groups[0]["params"][0].grad = torch.ones(3, 2)
     opt.step()
     state = {"optimizer": opt.state_dict(), "step": 4, "nested": [torch.arange(3), {"x": 1.5}]}
-    structure, tensors = ckpt.split_tensors(state)
+    structure, tensors = training_state.split_tensors(state)
     json.dumps(structure)  # everything else is plain JSON
-    back = ckpt.join_tensors(json.loads(json.dumps(structure)), tensors)
+    back = training_state.join_tensors(json.loads(json.dumps(structure)), tensors)
     assert torch.equal(back["nested"][0], torch.arange(3))
     assert torch.equal(back["optimizer"]["state"]["0"]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
 
 
 def test_save_is_complete_and_leaves_no_temporaries(tmp_path):
     model = {"w": torch.randn(2, 2)}
-    path = ckpt.save_checkpoint(tmp_path, 7, model, {"step": 7, "t": torch.ones(2)})
+    path = whole.save_checkpoint(tmp_path, 7, model, {"step": 7, "t": torch.ones(2)})
     assert sorted(p.name for p in path.iterdir()) == ["model.safetensors", "state.json", "state.safetensors"]
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
-    assert torch.equal(ckpt.load_model_state(path)["w"], model["w"])
-    assert ckpt.load_state(path)["step"] == 7
+    assert torch.equal(checkpoints.load_model_state(path)["w"], model["w"])
+    assert training_state.load_training_state(path)["step"] == 7
 
 
 def test_partial_save_is_invisible_and_cleaned(tmp_path):
-    ckpt.save_checkpoint(tmp_path, 5, {"w": torch.zeros(1)}, {"step": 5})
+    whole.save_checkpoint(tmp_path, 5, {"w": torch.zeros(1)}, {"step": 5})
     partial = tmp_path / "checkpoints" / ".tmp-step-00000010-abc"
     partial.mkdir()
     (partial / "model.safetensors").write_bytes(b"half")
-    assert ckpt.list_checkpoints(tmp_path) == [5]
-    assert ckpt.find_checkpoint(tmp_path).name == "step-00000005"
-    ckpt.remove_partial(tmp_path)
+    assert steps.list_checkpoints(tmp_path) == [5]
+    assert checkpoints.find_checkpoint(tmp_path).name == "step-00000005"
+    steps.remove_partial(tmp_path)
     assert not partial.exists()
 
 
 def test_prune_keeps_last_k_and_best(tmp_path):
     for step in (10, 20, 30, 40, 50):
-        ckpt.save_checkpoint(tmp_path, step, {"w": torch.zeros(1)}, {"step": step})
-    ckpt.prune(tmp_path, keep_last=2, keep={20})
-    assert ckpt.list_checkpoints(tmp_path) == [20, 40, 50]
+        whole.save_checkpoint(tmp_path, step, {"w": torch.zeros(1)}, {"step": step})
+    steps.prune(tmp_path, keep_last=2, keep={20})
+    assert steps.list_checkpoints(tmp_path) == [20, 40, 50]
 
 
 def test_find_checkpoint_best_latest_and_step(tmp_path):
     with pytest.raises(ConfigError, match="no checkpoint"):
-        ckpt.find_checkpoint(tmp_path)
+        checkpoints.find_checkpoint(tmp_path)
     for step in (1, 2):
-        ckpt.save_checkpoint(tmp_path, step, {"w": torch.zeros(1)}, {"step": step})
-    ckpt.write_json_atomic(tmp_path / "best.json", {"step": 1})
-    assert ckpt.find_checkpoint(tmp_path, "best").name == "step-00000001"
-    assert ckpt.find_checkpoint(tmp_path, "latest").name == "step-00000002"
-    assert ckpt.find_checkpoint(tmp_path, "2").name == "step-00000002"
+        whole.save_checkpoint(tmp_path, step, {"w": torch.zeros(1)}, {"step": step})
+    atomic.write_json_atomic(tmp_path / "best.json", {"step": 1})
+    assert checkpoints.find_checkpoint(tmp_path, "best").name == "step-00000001"
+    assert checkpoints.find_checkpoint(tmp_path, "latest").name == "step-00000002"
+    assert checkpoints.find_checkpoint(tmp_path, "2").name == "step-00000002"
     with pytest.raises(ConfigError, match="not found"):
-        ckpt.find_checkpoint(tmp_path, "9")
+        checkpoints.find_checkpoint(tmp_path, "9")
 
 
 def test_rng_states_survive_a_checkpoint(tmp_path):
     random.seed(1)
     np.random.seed(1)
     torch.manual_seed(1)
-    ckpt.save_checkpoint(tmp_path, 1, {}, {"rng": rng_state()})
+    whole.save_checkpoint(tmp_path, 1, {}, {"rng": rng_state()})
     expected = (random.random(), np.random.rand(), torch.rand(1))
     random.seed(99)
     np.random.seed(99)
     torch.manual_seed(99)
-    set_rng_state(ckpt.load_state(ckpt.step_dir(tmp_path, 1))["rng"])
+    set_rng_state(training_state.load_training_state(steps.step_dir(tmp_path, 1))["rng"])
     got = (random.random(), np.random.rand(), torch.rand(1))
     assert got[:2] == expected[:2] and torch.equal(got[2], expected[2])
 
@@ -84,23 +84,23 @@ def test_shared_tensors_are_saved_once_and_restored_under_every_name(tmp_path):
     head = torch.nn.Linear(4, 10, bias=False)
     head.weight = embedding.weight  # tied, as in a language model
     model = torch.nn.ModuleDict({"embedding": embedding, "head": head})
-    path = ckpt.save_checkpoint(tmp_path, 1, model.state_dict(), {"step": 1})
+    path = whole.save_checkpoint(tmp_path, 1, model.state_dict(), {"step": 1})
     assert sorted(load_file(path / "model.safetensors")) == ["embedding.weight"]  # stored once
     restored = torch.nn.ModuleDict({"embedding": torch.nn.Embedding(10, 4), "head": torch.nn.Linear(4, 10, bias=False)})
-    restored.load_state_dict(ckpt.load_model_state(path))  # strict: both names present
+    restored.load_state_dict(checkpoints.load_model_state(path))  # strict: both names present
     assert torch.equal(restored["head"].weight, embedding.weight)
     assert torch.equal(restored["embedding"].weight, embedding.weight)
 
 
 def test_atomic_text_write_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypatch):
     target = tmp_path / "out.txt"
-    ckpt.write_text_atomic(target, "old\n")
+    atomic.write_text_atomic(target, "old\n")
 
     def full_disk(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt.os, "fsync", full_disk)
+    monkeypatch.setattr(atomic.os, "fsync", full_disk)
     with pytest.raises(OSError, match="No space"):
-        ckpt.write_text_atomic(target, "new\n")
+        atomic.write_text_atomic(target, "new\n")
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]  # no temporary left behind

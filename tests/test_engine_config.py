@@ -5,7 +5,8 @@ from typing import Literal
 
 import pytest
 
-from tokformer.engine.config import (
+from tokformer.errors import ConfigError
+from tokformer.runtime.config import (
     TrainConfig,
     build_dataclass,
     coerce,
@@ -13,7 +14,6 @@ from tokformer.engine.config import (
     parse_override,
     resolve,
 )
-from tokformer.errors import ConfigError
 
 
 @dataclass

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from tiny import torchrun_sort
 
 from tokformer.engine import train
-from tokformer.engine.checkpoint import list_checkpoints, step_dir
+from tokformer.store.steps import list_checkpoints, step_dir
 
 TASK = dict(seq_len=6, train_size=256, eval_size=30, d_model=16, n_heads=2, n_layers=1)
 ENGINE = dict(batch_size=16, grad_accum=2, warmup_steps=2, log_every=2, eval_every=3, device="cpu")
@@ -91,8 +91,8 @@ def test_sigterm_under_torchrun_saves_exits_143_and_the_requeued_command_resumes
 
 
 def test_device_auto_selection_and_bad_devices():
-    from tokformer.engine.distributed import select_device
     from tokformer.errors import ConfigError
+    from tokformer.runtime.distributed import select_device
 
     expected = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     assert select_device("auto").type == expected

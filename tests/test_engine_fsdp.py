@@ -26,13 +26,13 @@ from torch.distributed.fsdp import FSDPModule
 from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
 from tokformer.embedding import Embedder
-from tokformer.engine import checkpoint as ckpt
 from tokformer.engine import fsdp, load_run, train
-from tokformer.engine.distributed import Dist
 from tokformer.engine.progress import LOGGER
 from tokformer.engine.recompute import checkpoint_activations, transformer_blocks
 from tokformer.errors import CheckpointError, ConfigError
+from tokformer.runtime.distributed import Dist
 from tokformer.seq2seq import Seq2Seq
+from tokformer.store import checkpoints, steps, weights
 from tokformer.tasks.sort import SortConfig, SortModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -99,7 +99,7 @@ def test_a_sharded_model_is_refused_by_save_pretrained_with_one_line(one_process
     model = SortModel(SortConfig(**{k: TASK[k] for k in ("seq_len", "d_model", "n_heads", "n_layers")}))
     fsdp.shard_model(model, one_process_group, "fp32")
     with pytest.raises(ConfigError, match="sharded over processes .*tokformer export RUN_DIR"):
-        ckpt.save_model_state(model.state_dict(), tmp_path)
+        weights.save_model_state(model.state_dict(), tmp_path)
 
 
 def test_checkpointed_blocks_recompute_in_backward_and_keep_their_names():
@@ -128,7 +128,7 @@ def test_activation_checkpointing_leaves_the_losses_unchanged(tmp_path):
     recomputed = train("sort", run_dir=str(tmp_path / "ac"), activation_checkpointing=True, **settings)
     assert len(train_losses(plain.run_dir)) == 6
     assert train_losses(recomputed.run_dir) == train_losses(plain.run_dir)
-    one, two = (ckpt.load_model_state(ckpt.step_dir(r.run_dir, 6)) for r in (plain, recomputed))
+    one, two = (checkpoints.load_model_state(steps.step_dir(r.run_dir, 6)) for r in (plain, recomputed))
     assert all(torch.equal(one[k], two[k]) for k in one)
 
 
@@ -155,7 +155,7 @@ def test_fsdp_losses_match_ddp_for_20_steps(ddp_run, fsdp_run):
     assert sorted(sharded) == list(range(1, STEPS + 1))
     for step, loss in ddp.items():
         assert abs(sharded[step] - loss) <= 1e-5, step
-    one, two = (ckpt.load_model_state(ckpt.step_dir(r, STEPS)) for r in (ddp_run, fsdp_run))
+    one, two = (checkpoints.load_model_state(steps.step_dir(r, STEPS)) for r in (ddp_run, fsdp_run))
     for key in one:
         torch.testing.assert_close(two[key], one[key], atol=1e-5, rtol=1e-4)
 
@@ -177,7 +177,7 @@ def test_fsdp_with_activation_checkpointing_matches_ddp(ddp_run, tmp_path):
 def test_a_ddp_run_resumes_under_fsdp_with_the_same_losses(ddp_run, tmp_path):
     """Two processes: DDP's whole checkpoint at step 10 becomes sharded weights and AdamW state."""
     run = shutil.copytree(ddp_run, tmp_path / "run")
-    shutil.rmtree(ckpt.step_dir(run, STEPS))
+    shutil.rmtree(steps.step_dir(run, STEPS))
     torchrun_cli("train", "--resume", str(run), "--strategy", "fsdp", "--quiet")  # a changed option: --resume
     resumed, straight = train_losses(run), train_losses(ddp_run)
     assert resumed.keys() == straight.keys()
@@ -186,10 +186,10 @@ def test_a_ddp_run_resumes_under_fsdp_with_the_same_losses(ddp_run, tmp_path):
 
 def test_fsdp_resume_under_torchrun_is_bitwise_exact(fsdp_run, tmp_path):
     run = shutil.copytree(fsdp_run, tmp_path / "run")
-    shutil.rmtree(ckpt.step_dir(run, STEPS))  # killed after step 10's checkpoint: rerun the command
+    shutil.rmtree(steps.step_dir(run, STEPS))  # killed after step 10's checkpoint: rerun the command
     torchrun(run, "--strategy", "fsdp")
     assert train_losses(run) == train_losses(fsdp_run), "losses after the resume, bit for bit"
-    resumed, straight = (ckpt.load_model_state(ckpt.step_dir(r, STEPS)) for r in (run, fsdp_run))
+    resumed, straight = (checkpoints.load_model_state(steps.step_dir(r, STEPS)) for r in (run, fsdp_run))
     assert resumed.keys() == straight.keys() and all(torch.equal(resumed[k], straight[k]) for k in resumed)
 
 
@@ -198,13 +198,13 @@ def test_fsdp_resume_under_torchrun_is_bitwise_exact(fsdp_run, tmp_path):
 def test_a_checkpoint_of_two_processes_resumes_on_one(fsdp_run, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger=LOGGER)
     run = shutil.copytree(fsdp_run, tmp_path / "run")
-    shutil.rmtree(ckpt.step_dir(run, STEPS))
+    shutil.rmtree(steps.step_dir(run, STEPS))
     assert train(resume=run, quiet=True).step == STEPS
     assert "RNG states of 2 processes, this run has 1" in caplog.text
-    resumed, straight = (ckpt.load_model_state(ckpt.step_dir(r, STEPS)) for r in (run, fsdp_run))
+    resumed, straight = (checkpoints.load_model_state(steps.step_dir(r, STEPS)) for r in (run, fsdp_run))
     for key in straight:  # the same global batches (sort has no dropout): equal up to summation order
         torch.testing.assert_close(resumed[key], straight[key], atol=1e-6, rtol=1e-5)
-    assert sorted(p.name for p in ckpt.step_dir(run, STEPS).glob("shard-*")) == ["shard-00000-of-00001.safetensors"]
+    assert sorted(p.name for p in steps.step_dir(run, STEPS).glob("shard-*")) == ["shard-00000-of-00001.safetensors"]
 
 
 @pytest.mark.slow
@@ -212,17 +212,17 @@ def test_a_checkpoint_of_two_processes_resumes_on_one(fsdp_run, tmp_path, caplog
 def test_a_checkpoint_of_one_process_resumes_on_two(fsdp_run, tmp_path):
     run = tmp_path / "run"
     train("sort", quiet=True, steps=STEPS, run_dir=str(run), strategy="fsdp", deterministic=True, **TASK, **ENGINE)
-    shutil.rmtree(ckpt.step_dir(run, STEPS))  # stopped after step 10's checkpoint
+    shutil.rmtree(steps.step_dir(run, STEPS))  # stopped after step 10's checkpoint
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          "-m", "tokformer.cli", "train", "--resume", str(run), "--quiet"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert len(list(ckpt.step_dir(run, STEPS).glob("shard-*"))) == 2
+    assert len(list(steps.step_dir(run, STEPS).glob("shard-*"))) == 2
     straight_losses = train_losses(fsdp_run)
     assert train_losses(run) == pytest.approx(straight_losses, abs=1e-6), "1 process, then 2, as 2 all along"
-    resumed, straight = (ckpt.load_model_state(ckpt.step_dir(r, STEPS)) for r in (run, fsdp_run))
+    resumed, straight = (checkpoints.load_model_state(steps.step_dir(r, STEPS)) for r in (run, fsdp_run))
     for key in straight:
         torch.testing.assert_close(resumed[key], straight[key], atol=1e-6, rtol=1e-5)
 
@@ -230,7 +230,7 @@ def test_a_checkpoint_of_one_process_resumes_on_two(fsdp_run, tmp_path):
 @pytest.mark.slow  # the fixture's torchrun job; the test itself runs in this process
 def test_a_missing_shard_of_two_names_it_and_resume_falls_back(fsdp_run, tmp_path, caplog):
     run = shutil.copytree(fsdp_run, tmp_path / "run")
-    (ckpt.step_dir(run, STEPS) / "shard-00001-of-00002.safetensors").unlink()
+    (steps.step_dir(run, STEPS) / "shard-00001-of-00002.safetensors").unlink()
     with pytest.raises(CheckpointError, match="incomplete: shard shard-00001-of-00002.safetensors is missing "
                                               r"\(2 processes wrote it\)"):
         load_run(run, checkpoint="latest")

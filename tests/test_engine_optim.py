@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from tokformer.engine.config import TrainConfig
 from tokformer.engine.optim import build_optimizer, lr_at, no_decay_names
+from tokformer.runtime.config import TrainConfig
 
 
 class WithTable(nn.Module):

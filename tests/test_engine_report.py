@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from tokformer.cli import main
 from tokformer.engine import evaluate, load_run
-from tokformer.engine.distributed import local
 from tokformer.engine.report import Evaluation
+from tokformer.runtime.distributed import local
 from tokformer.tasks import image_baselines, lm_data
 from tokformer.tasks.graph import GraphConfig, GraphTask, register_graphs
 from tokformer.tasks.image_data import TensorImages

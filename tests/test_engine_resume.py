@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from tokformer.engine import train
-from tokformer.engine.checkpoint import list_checkpoints, step_dir
+from tokformer.store.steps import list_checkpoints, step_dir
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""Sharded checkpoints (tokformer.engine.sharded_checkpoint): the layout, exact resume and export.
+"""Sharded checkpoints (tokformer.store.sharded): the layout, exact resume and export.
 
 One process with ``--strategy fsdp`` writes a sharded checkpoint of one shard; the files and
 their checks are the same for any number (2 processes, and resuming across world sizes, are
@@ -15,10 +15,9 @@ import torch
 from safetensors import safe_open
 
 import tokformer
-from tokformer.engine import checkpoint as ckpt
-from tokformer.engine import sharded_checkpoint as sharded
 from tokformer.engine import train
-from tokformer.engine.pretrained import export_run
+from tokformer.interop.export import export_run
+from tokformer.store import checkpoints, sharded, steps
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -43,7 +42,7 @@ def losses(run) -> list[tuple[int, float, float]]:
 
 
 def test_a_sharded_checkpoint_is_safetensors_and_json_with_the_manifest_listing_every_shard(run):
-    path = ckpt.step_dir(run, 8)
+    path = steps.step_dir(run, 8)
     assert sorted(p.name for p in path.iterdir()) == [
         "manifest.json", "shard-00000-of-00001.safetensors", "state.json", "state.safetensors"]
     manifest = json.loads((path / "manifest.json").read_text())
@@ -64,12 +63,12 @@ def test_a_sharded_checkpoint_is_safetensors_and_json_with_the_manifest_listing_
 
 def test_resuming_a_sharded_run_is_bitwise_exact(run, tmp_path):
     resumed = shutil.copytree(run, tmp_path / "run")
-    shutil.rmtree(ckpt.step_dir(resumed, 8))
+    shutil.rmtree(steps.step_dir(resumed, 8))
     assert train(resume=resumed, quiet=True).step == 8
     assert losses(resumed) == losses(run), "the same losses and gradient norms, bit for bit, logged once"
-    one, two = (ckpt.load_model_state(ckpt.step_dir(r, 8)) for r in (run, resumed))
+    one, two = (checkpoints.load_model_state(steps.step_dir(r, 8)) for r in (run, resumed))
     assert all(torch.equal(one[k], two[k]) for k in one)
-    moments = [sharded.load_optimizer_state(ckpt.step_dir(r, 8))["state"] for r in (run, resumed)]
+    moments = [sharded.load_optimizer_state(steps.step_dir(r, 8))["state"] for r in (run, resumed)]
     assert all(torch.equal(moments[0][name]["exp_avg"], moments[1][name]["exp_avg"]) for name in moments[0])
 
 
@@ -77,18 +76,18 @@ def test_resume_may_change_the_strategy_and_the_checkpoint_format_follows(tmp_pa
     """The strategy is a training option: --resume may change it, the next checkpoint takes its format
     (one process; the 2-process DDP -> FSDP resume, with sharded optimizer state, is in test_engine_fsdp)."""
     run = train("sort", quiet=True, steps=4, run_dir=str(tmp_path / "run"), **{**TINY, "strategy": "ddp"}).run_dir
-    assert (ckpt.step_dir(run, 4) / "model.safetensors").exists()
+    assert (steps.step_dir(run, 4) / "model.safetensors").exists()
     train(resume=run, quiet=True, steps=8, strategy="fsdp")
-    assert sharded.is_sharded(ckpt.step_dir(run, 8))
+    assert sharded.is_sharded(steps.step_dir(run, 8))
     train(resume=run, quiet=True, steps=12, strategy="ddp")
-    assert (ckpt.step_dir(run, 12) / "model.safetensors").exists()
+    assert (steps.step_dir(run, 12) / "model.safetensors").exists()
 
 
 def test_export_of_a_sharded_run_writes_one_consolidated_model_file(run, tmp_path):
     folder = export_run(run, tmp_path / "model", checkpoint="latest")
     assert not list(folder.glob("shard-*"))
-    exported = ckpt.load_model_state(folder)
-    whole = sharded.load_model_state(ckpt.step_dir(run, 8))
+    exported = checkpoints.load_model_state(folder)
+    whole = sharded.load_model_state(steps.step_dir(run, 8))
     assert exported.keys() == whole.keys() and all(torch.equal(exported[k], whole[k]) for k in whole)
     inputs = ["3 1 4 1 5 9", "2 7 1 8 2 8"]
     assert tokformer.load(folder)(inputs) == tokformer.load(run, checkpoint="latest")(inputs)

@@ -13,8 +13,8 @@ from torch.utils.data import Dataset
 
 import tokformer
 from tokformer.engine import StepOutput, Task, evaluate, load_run, register_task, train
-from tokformer.engine.checkpoint import list_checkpoints, step_dir
 from tokformer.errors import ConfigError, DataError, TrainingError
+from tokformer.store.steps import list_checkpoints, step_dir
 from tokformer.tasks.sort import SortConfig, SortTask
 
 pytestmark = pytest.mark.usefixtures("one_thread")

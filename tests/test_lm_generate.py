@@ -6,12 +6,13 @@ import pytest
 import torch
 from torch import nn
 
-from tokformer.engine.checkpoint import load_model_state, save_checkpoint
-from tokformer.engine.distributed import local
 from tokformer.engine.trainer import evaluate_model
 from tokformer.errors import UsageError
 from tokformer.generation import generate, left_pad
+from tokformer.runtime.distributed import local
 from tokformer.sampling import SamplingConfig
+from tokformer.store.checkpoints import load_model_state
+from tokformer.store.whole import save_checkpoint
 from tokformer.tasks import lm_data
 from tokformer.tasks.lm import (
     EOT,

@@ -8,8 +8,8 @@ import shutil
 import numpy as np
 import pytest
 
-from tokformer.engine.distributed import local
 from tokformer.errors import ConfigError, DataError
+from tokformer.runtime.distributed import local
 from tokformer.tasks import lm_data, lm_shards
 from tokformer.tasks.lm import LMConfig, LMTask
 from tokformer.tokenizers.bpe import BPETokenizer

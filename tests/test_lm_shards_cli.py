@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from tokformer.cli import main
 from tokformer.engine import train
-from tokformer.engine.checkpoint import step_dir
+from tokformer.store.steps import step_dir
 from tokformer.tasks import lm_data, lm_shards
 from tokformer.tokenizers.bpe import BPETokenizer
 

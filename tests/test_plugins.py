@@ -8,9 +8,9 @@ import types
 
 import pytest
 
-from tokformer.engine import registry as task_registry
 from tokformer.errors import ConfigError
 from tokformer.files import read_bytes, read_text
+from tokformer.runtime import registry as task_registry
 from tokformer.tokenizers import registry as tokenizer_registry
 from tokformer.tokenizers.base import TokenizerError
 

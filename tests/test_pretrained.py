@@ -12,9 +12,9 @@ from tiny import TINY, TRAIN
 
 import tokformer
 from tokformer.engine import load_run, train
-from tokformer.engine.checkpoint import tokenizer_fingerprint
 from tokformer.errors import CheckpointError, ConfigError, DataError
-from tokformer.tokenizers.timm_vit import to_timm_state_dict
+from tokformer.interop.timm import to_timm_state_dict
+from tokformer.store.checkpoints import tokenizer_fingerprint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -89,7 +89,7 @@ BAD_FOLDERS = {
                          "is not the tokenizer"),
     "not json": (lambda p, f: _write(f / "config.json", "{oops", f), DataError, "config.json is not valid JSON"),
     "timm folder": (lambda p, f: _write(f / "config.json", '{"architecture": "vit_tiny"}', f), ConfigError,
-                    "init_from="),
+                    "--init-from "),
 }
 
 
@@ -178,10 +178,52 @@ def test_classify_init_from_a_classify_folder_keeps_its_weights(runs: dict[str, 
     assert all(torch.allclose(before[k], after[k], atol=1e-6) for k in before)  # lr ~0: the source weights
 
 
+@pytest.mark.parametrize("name", ["sort", "graph", "translate"])
+def test_every_task_fine_tunes_from_its_own_folder_through_the_engine(name: str, runs: dict[str, Path],
+                                                                      tmp_path: Path) -> None:
+    """No task code for it: the engine adopts the folder's architecture options (ours are asked
+    for another width) and tokenizer, loads its weights, and the run resumes from its config alone."""
+    source_task, source_model = load_run(runs[name])
+    folder = tokformer.save_pretrained(source_task, source_model, tmp_path / "source")
+    run = tmp_path / "ft"
+    train(name, init_from=str(folder), run_dir=str(run), **{**TINY[name], "d_model": 48},
+          **{**TRAIN, "steps": 1, "eval_every": 1, "lr": 1e-12, "warmup_steps": 0})
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["task"]["d_model"] == source_task.config.d_model != 48  # the source's shape, recorded
+    assert tokenizer_fingerprint(run, source_task.tokenizer_dirs()) == tokenizer_fingerprint(
+        folder, source_task.tokenizer_dirs())
+    _, model = load_run(run)
+    before, after = source_model.state_dict(), model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.allclose(before[k], after[k], atol=1e-6) for k in before)  # lr ~0: the source weights
+    train(resume=str(run), steps=2, quiet=True)  # resumes without the source
+    folder_gone = tmp_path / "moved"
+    folder.rename(folder_gone)
+    assert load_run(run)[1] is not None
+
+
+def test_init_weights_keep_fresh_parameters_only_where_the_task_says() -> None:
+    from tokformer.engine.finetune import InitialWeights, load_initial
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 3))
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    source = {"0.weight": torch.ones(4, 4), "0.bias": torch.ones(4), "1.weight": torch.ones(5, 4),
+              "1.bias": torch.ones(5)}  # a head for 5 classes, ours has 3
+    load_initial(model, InitialWeights(Path("src"), source), fresh_on_mismatch=("1.",))
+    state = model.state_dict()
+    assert torch.equal(state["0.weight"], torch.ones(4, 4)) and torch.equal(state["1.weight"], fresh["1.weight"])
+    with pytest.raises(CheckpointError, match=r"init_from src does not fit .*shape: 1\.bias"):
+        load_initial(model, InitialWeights(Path("src"), source), fresh_on_mismatch=())
+    del source["1.weight"], source["1.bias"]  # a headless source: the head stays fresh
+    load_initial(model, InitialWeights(Path("src"), source), fresh_on_mismatch=("1.",))
+    with pytest.raises(CheckpointError, match="missing: 1.bias"):
+        load_initial(model, InitialWeights(Path("src"), source), fresh_on_mismatch=())
+
+
 @pytest.mark.parametrize(("task", "source", "message"), [
-    ("classify", "lm", "holds a 'lm' model; classify needs an image classifier"),
-    ("lm", "classify", "holds a 'ClassifyTask' model; lm needs a language model"),
-    ("lm", "timm-file", "is an image model's weights (timm), not a language-model folder"),
+    ("classify", "lm", "holds a 'lm' model; task 'classify' cannot start from it"),
+    ("lm", "classify", "holds a 'classify' model; task 'lm' cannot start from it"),
+    ("lm", "timm-file", "is a timm image model's weights; task 'lm' cannot start from it"),
 ])
 def test_init_from_another_architecture_is_one_line(task: str, source: str, message: str,
                                                     runs: dict[str, Path], tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 import tokformer
 from tokformer.engine import train
 from tokformer.errors import DataError
-from tokformer.tokenizers.timm_vit import read_weights
+from tokformer.interop.timm import read_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -107,8 +107,8 @@ def test_a_run_writes_only_inside_its_run_directory(tmp_path, monkeypatch):
 def test_checkpoint_selectors_cannot_name_paths(tmp_path):
     run = train("sort", quiet=True, steps=2, eval_every=2, batch_size=8, seq_len=4, train_size=64, eval_size=16,
                 d_model=16, n_heads=2, n_layers=1, device="cpu", run_dir=str(tmp_path / "run")).run_dir
-    from tokformer.engine.checkpoint import find_checkpoint
     from tokformer.errors import ConfigError
+    from tokformer.store.checkpoints import find_checkpoint
 
     for selector in ("../../etc", "/tmp", "step-00000002/../../..", "2/.."):
         with pytest.raises(ConfigError, match="not found; use latest, best or one of steps"):

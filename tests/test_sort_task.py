@@ -5,8 +5,8 @@ import torch
 
 from tokformer.batch import TokenBatch
 from tokformer.engine import get_task, train
-from tokformer.engine.config import build_dataclass
 from tokformer.errors import ConfigError
+from tokformer.runtime.config import build_dataclass
 from tokformer.tasks.sort import SortConfig, SortTask, make_sequences
 
 pytestmark = pytest.mark.usefixtures("one_thread")

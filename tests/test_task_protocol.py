@@ -23,11 +23,12 @@ from torch.utils.data import Dataset
 
 import tokformer
 from tokformer.cli import main
-from tokformer.engine import StepOutput, Task, load_run, pretrained, register_task, train
-from tokformer.engine.checkpoint import tokenizer_fingerprint
-from tokformer.engine.distributed import local
+from tokformer.engine import StepOutput, Task, load_run, register_task, train
 from tokformer.engine.trainer import evaluate_model
 from tokformer.errors import CheckpointError, UsageError
+from tokformer.runtime.distributed import local
+from tokformer.store import loader
+from tokformer.store.checkpoints import tokenizer_fingerprint
 from tokformer.tasks.classify import ClassifyConfig, ClassifyTask
 from tokformer.tasks.numbers_de import english, german
 
@@ -149,8 +150,8 @@ def test_cli_predict_works_for_every_task(task: str, runs) -> None:
 
 def test_load_loads_once_and_predicts_repeatedly(runs, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    real = pretrained.load_model
-    monkeypatch.setattr(pretrained, "load_model", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = loader.load_model
+    monkeypatch.setattr(loader, "load_model", lambda *a, **k: calls.append(a) or real(*a, **k))
     predictor = tokformer.load(runs["sort"][0])
     first = predictor([[3, 1, 2, 0], "2 2 1 0"])
     assert predictor.predict([[3, 1, 2, 0]])[0] == first[0] and len(first[1]) == 4

@@ -1,4 +1,4 @@
-"""timm VisionTransformer <-> tokformer ViT: same logits (1e-5), exact round trips, checkpoint files."""
+"""timm VisionTransformer <-> tokformer ViT through the one entry: same logits (1e-5), exact round trips, files."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ timm_vit = pytest.importorskip("timm.models.vision_transformer")
 from tiny import randomised  # noqa: E402
 
 from tokformer.errors import ConfigError, DataError  # noqa: E402
-from tokformer.tokenizers.timm_vit import (  # noqa: E402
+from tokformer.interop.timm import (  # noqa: E402
     build_vit,
     from_timm,
     from_timm_state_dict,
@@ -126,6 +126,37 @@ def test_unpicklable_and_foreign_files_are_refused(tmp_path):
 def test_unsupported_timm_options_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message):
         from_timm(make_timm(**overrides))
+
+
+def test_one_entry_takes_the_classic_and_the_rope_family():
+    """from_timm/to_timm dispatch on the model and the spec: a VisionTransformer and an Eva alike."""
+    from timm.models.eva import Eva
+
+    from tokformer.interop.timm import EvaSpec, ViTSpec
+
+    rope_vit = randomised(Eva(**SMALL, attn_type="rope", use_rot_pos_emb=True, rope_grid_indexing="xy"))
+    for timm_model, kind in ((make_timm(), ViTSpec), (rope_vit, EvaSpec)):
+        tokenizer, model = from_timm(timm_model, mean=None, std=None)
+        images = torch.randn(2, 3, *tokenizer.image_size)
+        with torch.no_grad():
+            torch.testing.assert_close(model.eval()(tokenizer.batch(images)), timm_model(images), atol=1e-5,
+                                       rtol=1e-5)
+        spec = spec_from_timm_model(timm_model)
+        assert isinstance(spec, kind)
+        back = to_timm(model, spec)
+        assert type(back) is type(timm_model)
+        assert all(torch.equal(back.state_dict()[k], v) for k, v in timm_model.state_dict().items())
+
+
+@pytest.mark.parametrize("model", [torch.nn.Linear(4, 2), "resnet"])
+def test_models_of_no_supported_family_are_refused_in_one_line(model):
+    if model == "resnet":
+        from timm.models.resnet import BasicBlock, ResNet
+
+        model = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=3)
+    with pytest.raises(ConfigError, match="is not a timm ViT that converts") as err:
+        from_timm(model)
+    assert "\n" not in str(err.value)
 
 
 def test_fresh_tokformer_vit_exports_to_timm():

@@ -1,4 +1,5 @@
-"""timm RoPE ViTs (Eva: naver RoPE-ViT, timm SBB) <-> tokformer: same tables, same logits, exact round trips."""
+"""timm RoPE ViTs (Eva: naver RoPE-ViT, timm SBB) <-> tokformer through the one entry (from_timm/to_timm):
+same tables, same logits, exact round trips."""
 
 import pytest
 import torch
@@ -10,13 +11,14 @@ from tiny import randomised  # noqa: E402
 
 from tokformer.config import TransformerConfig  # noqa: E402
 from tokformer.errors import ConfigError  # noqa: E402
-from tokformer.interop.timm_rope import (  # noqa: E402
-    build_eva,
-    eva_spec_from_timm,
-    from_timm_eva,
-    from_timm_eva_state_dict,
-    to_timm_eva,
-    to_timm_eva_state_dict,
+from tokformer.interop.timm import (  # noqa: E402
+    EvaSpec,
+    build_vit,
+    from_timm,
+    from_timm_state_dict,
+    spec_from_timm_model,
+    to_timm,
+    to_timm_state_dict,
 )
 from tokformer.rotary import RotaryEmbedding  # noqa: E402
 from tokformer.tokenizers.image import grid_positions  # noqa: E402
@@ -56,20 +58,22 @@ def _size(model: torch.nn.Module) -> tuple[int, int]:
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_same_logits_as_timm_and_exact_round_trip(name):
     timm_model = make_eva(name)
-    tokenizer, model = from_timm_eva(timm_model, mean=None, std=None)
+    tokenizer, model = from_timm(timm_model, mean=None, std=None)
     images = torch.randn(3, 3, *_size(timm_model))
     with torch.no_grad():
         expected = timm_model(images)
         torch.testing.assert_close(model.eval()(tokenizer.batch(images)), expected, atol=1e-5, rtol=1e-5)
-    spec = eva_spec_from_timm(timm_model)
-    back = to_timm_eva(model, spec)
+    spec = spec_from_timm_model(timm_model)
+    assert isinstance(spec, EvaSpec)
+    back = to_timm(model, spec)
+    assert type(back) is eva.Eva
     original = timm_model.state_dict()
     assert back.state_dict().keys() == original.keys()
     assert all(torch.equal(back.state_dict()[k], v) for k, v in original.items())
     with torch.no_grad():
         torch.testing.assert_close(back(images), expected, atol=1e-6, rtol=1e-6)
     ours = model.state_dict()
-    again = from_timm_eva_state_dict(to_timm_eva_state_dict(ours, spec), spec)
+    again = from_timm_state_dict(to_timm_state_dict(ours, spec), spec)
     assert again.keys() == ours.keys() and all(torch.equal(again[k], ours[k]) for k in ours)
 
 
@@ -77,7 +81,7 @@ def test_same_logits_as_timm_and_exact_round_trip(name):
 def test_other_image_sizes_match_timm_dynamic_img_size(name):
     """RoPE is recomputed for any grid (rescaled to ref_feat_shape where set); a learned table is resampled."""
     timm_model = make_eva(name, dynamic_img_size=True)
-    tokenizer, model = from_timm_eva(timm_model, mean=None, std=None, resize=False)
+    tokenizer, model = from_timm(timm_model, mean=None, std=None, resize=False)
     images = torch.randn(2, 3, 48, 24)  # training size is 32x32
     with torch.no_grad():
         torch.testing.assert_close(model.eval()(tokenizer.batch(images)), timm_model(images), atol=1e-5, rtol=1e-5)
@@ -86,7 +90,7 @@ def test_other_image_sizes_match_timm_dynamic_img_size(name):
 def test_mean_and_std_come_from_pretrained_cfg():
     timm_model = make_eva("sbb-reg1")
     timm_model.pretrained_cfg = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
-    tokenizer, _ = from_timm_eva(timm_model)
+    tokenizer, _ = from_timm(timm_model)
     assert tokenizer.mean == (0.5, 0.5, 0.5) and tokenizer.std == (0.5, 0.5, 0.5)
     assert tokenizer.position == "none" and not tokenizer.class_token
 
@@ -145,13 +149,29 @@ def test_config_validates_rope_options(kwargs, message):
 )
 def test_unsupported_eva_options_are_refused(name, overrides, message):
     with pytest.raises(ConfigError, match=message):
-        from_timm_eva(make_eva(name, **overrides))
+        from_timm(make_eva(name, **overrides))
 
 
 def test_fresh_tokformer_model_exports_to_timm():
-    spec = eva_spec_from_timm(make_eva("sbb-reg1"))
-    tokenizer, model = build_eva(spec, mean=None, std=None)
-    timm_model = to_timm_eva(model.eval(), spec)
+    spec = spec_from_timm_model(make_eva("sbb-reg1"))
+    tokenizer, model = build_vit(spec, mean=None, std=None)
+    timm_model = to_timm(model.eval(), spec)
     images = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(tokenizer.batch(images)), timm_model(images), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["naver", "sbb-reg1"])
+def test_eva_weights_files_are_refused_in_one_line(tmp_path, name):
+    """A file holds no rotary settings: its Eva keys are named, with what to do instead."""
+    from safetensors.torch import save_file
+
+    from tokformer.interop.timm import load_timm_checkpoint, spec_from_state_dict
+
+    state = {k: v.contiguous() for k, v in make_eva(name).state_dict().items()}
+    path = tmp_path / "eva.safetensors"
+    save_file(state, path)
+    for refused in (lambda: spec_from_state_dict(state, n_heads=3), lambda: load_timm_checkpoint(path)):
+        with pytest.raises(ConfigError, match=r"RoPE ViT \(timm Eva\).*from_timm") as err:
+            refused()
+        assert "\n" not in str(err.value)

@@ -12,10 +12,10 @@ import torch
 
 from tokformer.batch import TokenBatch
 from tokformer.beam_search import DecodeConfig, beam_search, greedy_decode
-from tokformer.engine.distributed import local
-from tokformer.engine.pretrained import Predictor
 from tokformer.engine.trainer import evaluate_model
 from tokformer.errors import DataError
+from tokformer.runtime.distributed import local
+from tokformer.store.loader import Predictor
 from tokformer.tasks.numbers_de import english, german
 from tokformer.tasks.translate import BOS, EOS, PAD, TranslateConfig, TranslateTask, score, translate
 from tokformer.tokenizers.base import pad_ids
@@ -151,11 +151,11 @@ def test_shared_or_separate_vocabularies(tmp_path: Path) -> None:
 def test_default_data_is_learned_to_high_held_out_exact_match(tmp_path: Path) -> None:
     """`tokformer train translate` with no data: the generated numbers, task defaults (minutes)."""
     from tokformer.engine import train
-    from tokformer.tasks.translate import evaluate
+    from tokformer.tasks.translate import held_out_scores
 
     result = train("translate", run_dir=str(tmp_path / "run"), quiet=True)
     assert result.metrics["exact_match"] > 0.9
-    scores = evaluate(result.run_dir)
+    scores = held_out_scores(result.run_dir)
     assert scores["exact_match"] > 90 and scores["chrf"] > 97 and scores["sentences"] == 1000
 
 

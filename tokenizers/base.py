@@ -23,10 +23,11 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor, nn
 
+from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.errors import UsageError
 
-CONFIG_FILE = "tokenizer_config.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 T = TypeVar("T", bound="Tokenizer")
 
@@ -85,7 +86,8 @@ class Tokenizer(ABC):
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         document = {"type": self.type_name, "config": self.get_config()}
-        (path / CONFIG_FILE).write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+        (path / TOKENIZER_CONFIG_FILE).write_text(text, encoding="utf-8")
         self.save_files(path)
         return path
 
@@ -95,17 +97,18 @@ class Tokenizer(ABC):
         path = Path(directory)
         document = read_config(path)
         if cls.type_name and document["type"] != cls.type_name:
-            raise TokenizerError(f"{path / CONFIG_FILE} holds a {document['type']!r} tokenizer, not {cls.type_name!r}")
+            raise TokenizerError(f"{path / TOKENIZER_CONFIG_FILE} holds a {document['type']!r} tokenizer, "
+                                 f"not {cls.type_name!r}")
         return cls.from_config(document["config"], path)
 
 
 def read_config(directory: Path) -> dict[str, Any]:
     """Parse and check ``tokenizer_config.json``: a dict with a string ``type`` and a dict ``config``."""
-    file = directory / CONFIG_FILE
+    file = directory / TOKENIZER_CONFIG_FILE
     try:
-        document = json.loads(file.read_text(encoding="utf-8"))
+        document = files.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise TokenizerError(f"no {CONFIG_FILE} in {directory}: not a saved tokenizer") from None
+        raise TokenizerError(f"no {TOKENIZER_CONFIG_FILE} in {directory}: not a saved tokenizer") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise TokenizerError(f"corrupt tokenizer config {file}: {err}") from None
     if (

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokformer import files
 from tokformer.tokenizers.base import TokenizerError
 from tokformer.tokenizers.byte_level import str_to_token, token_to_str
 from tokformer.tokenizers.pretokenize import PATTERNS
@@ -190,7 +191,7 @@ def read_vocab_merges(
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return files.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TokenizerError(f"missing file {path}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

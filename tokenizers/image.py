@@ -3,7 +3,7 @@
 ``[C, H, W]`` -> ``(H/P) * (W/P)`` tokens of ``C * P * P`` pixel values, flattened in
 ``(c, p1, p2)`` order: exactly the order of a ``Conv2d(C, d, kernel=P, stride=P)``
 weight ``[d, C, P, P]`` flattened, so a linear projection of these features *is* timm's
-``patch_embed.proj`` (see ``tokformer.tokenizers.timm_vit``). Positions are each patch's
+``patch_embed.proj`` (see ``tokformer.interop.timm``). Positions are each patch's
 ``(row, col)`` in the patch grid; an optional class token is emitted as token 0.
 
 Preprocessing (torchvision transforms v2, deterministic so inference matches training):
@@ -432,10 +432,22 @@ class ImagePatchTokenizer(Tokenizer):
         return batch
 
 
+#: The most pixels an image file may decode to (33.5 million: an 8K frame fits; as float RGB about
+#: 400 MB): a small compressed file can claim a huge canvas, and the header says so before anything
+#: is decoded. PIL's own guard only warns below 179 million pixels.
+MAX_IMAGE_PIXELS = 1 << 25
+
+
 def open_image(path: str | Path) -> Image.Image:
-    """Open an image file fully (so a truncated file fails here), or raise DataError naming it."""
+    """Open an image file fully (so a truncated file fails here), or raise DataError naming it.
+    Its size is checked from the header first: a file that would decode past
+    :data:`MAX_IMAGE_PIXELS` is refused before any pixel is decoded."""
     try:
         with Image.open(path) as image:
+            width, height = image.size
+            if width * height > MAX_IMAGE_PIXELS:
+                raise DataError(f"image {path} is {width} x {height} pixels, more than the {MAX_IMAGE_PIXELS:,} "
+                                "tokformer decodes; resize it first")
             image.load()
             return image
     except (FileNotFoundError, IsADirectoryError, PermissionError) as err:

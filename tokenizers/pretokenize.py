@@ -78,7 +78,7 @@ def pretokenizer(source: str) -> Callable[[str], list[str]]:
     def split_keeping_gaps(text: str) -> list[str]:
         pieces: list[str] = []
         end = 0
-        for match in compiled.finditer(text):
+        for match in _bounded(compiled, text):
             if match.start() > end:
                 pieces.append(text[end : match.start()])
             if match.end() > match.start():
@@ -89,6 +89,24 @@ def pretokenizer(source: str) -> Callable[[str], list[str]]:
         return pieces
 
     return split_keeping_gaps
+
+
+#: Seconds a pattern that is not one of ours may spend on a text: a base, plus per MB of text. A
+#: regex from someone's tokenizer.json can backtrack catastrophically on some input; tokformer
+#: stops it with a one-line error rather than hang.
+FOREIGN_REGEX_SECONDS = (2.0, 1.0)
+
+
+def _bounded(compiled: regex.Pattern[str], text: str) -> list[regex.Match[str]]:
+    """Every match of a user-supplied pattern in ``text``, or a PatternError when it runs past
+    :data:`FOREIGN_REGEX_SECONDS` (the ``regex`` module's own timeout, checked as it matches)."""
+    base, per_mb = FOREIGN_REGEX_SECONDS
+    try:
+        return list(compiled.finditer(text, timeout=base + per_mb * len(text) / 1e6))
+    except TimeoutError:
+        raise PatternError(f"the pre-tokenization regex {compiled.pattern[:80]!r} took too long on a text of "
+                           f"{len(text)} characters (catastrophic backtracking?); fix or replace the pattern"
+                           ) from None
 
 
 @cache

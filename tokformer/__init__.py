@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ pr
     from tokformer.config import TransformerConfig
     from tokformer.embedding import Embedder
     from tokformer.engine import evaluate, train
-    from tokformer.engine.pretrained import from_pretrained, load, load_model, save_pretrained
     from tokformer.seq2seq import Seq2Seq
+    from tokformer.store import from_pretrained, load, load_model, save_pretrained
     from tokformer.transformer import Decoder, Encoder
     from tokformer.weights import count_parameters
 
@@ -36,10 +36,10 @@ _LAZY = {
     "count_parameters": "tokformer.weights",
     "train": "tokformer.engine",
     "evaluate": "tokformer.engine",
-    "save_pretrained": "tokformer.engine.pretrained",
-    "from_pretrained": "tokformer.engine.pretrained",
-    "load_model": "tokformer.engine.pretrained",
-    "load": "tokformer.engine.pretrained",
+    "save_pretrained": "tokformer.store",
+    "from_pretrained": "tokformer.store",
+    "load_model": "tokformer.store",
+    "load": "tokformer.store",
 }
 __all__ = ["TokenBatch", "TransformerConfig", "Embedder", "Encoder", "Decoder", "Seq2Seq", "count_parameters",
            "train", "evaluate", "save_pretrained", "from_pretrained", "load_model", "load"]

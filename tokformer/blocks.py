@@ -8,6 +8,8 @@ paper and parity with ``torch.nn.TransformerEncoderLayer(norm_first=False)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor, nn
 
 from tokformer.attention import MultiHeadAttention
@@ -50,6 +52,20 @@ def _layer_scale(cfg: TransformerConfig) -> nn.Module:
     return LayerScale(cfg.d_model, cfg.layer_scale) if cfg.layer_scale is not None else nn.Identity()
 
 
+def _sublayer(cfg: TransformerConfig, make: Callable[[TransformerConfig], nn.Module]) -> tuple[nn.Module, ...]:
+    """The ``(norm, body, layer scale)`` of one residual sublayer, built in that order.
+
+    Every sublayer of every block is these three modules; building them in one place keeps
+    their order, and so the blocks' parameter order and state-dict keys, the same everywhere.
+    """
+    return _norm(cfg), make(cfg), _layer_scale(cfg)
+
+
+def _residual(x: Tensor, sublayer: Callable[[Tensor], Tensor], norm: nn.Module, norm_first: bool) -> Tensor:
+    """``x + f(norm(x))`` (pre-norm) or ``norm(x + f(x))`` (post-norm): the one place the two differ."""
+    return x + sublayer(norm(x)) if norm_first else norm(x + sublayer(x))
+
+
 class EncoderBlock(nn.Module):
     """Self-attention + feed-forward. Bidirectional or causal, decided per call.
 
@@ -60,12 +76,8 @@ class EncoderBlock(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.norm_first = cfg.norm_first
-        self.norm1 = _norm(cfg)
-        self.attn = _attention(cfg)
-        self.ls1 = _layer_scale(cfg)
-        self.norm2 = _norm(cfg)
-        self.mlp = _feed_forward(cfg)
-        self.ls2 = _layer_scale(cfg)
+        self.norm1, self.attn, self.ls1 = _sublayer(cfg, _attention)
+        self.norm2, self.mlp, self.ls2 = _sublayer(cfg, _feed_forward)
 
     def forward(
         self,
@@ -77,11 +89,8 @@ class EncoderBlock(nn.Module):
         rope: Rope | None = None,
     ) -> Tensor:  # [B, N, d] -> [B, N, d]
         attend = lambda h: self.ls1(self.attn(h, attn_mask=attn_mask, is_causal=is_causal, cache=cache, rope=rope))
-        if self.norm_first:
-            x = x + attend(self.norm1(x))
-            return x + self.ls2(self.mlp(self.norm2(x)))
-        x = self.norm1(x + attend(x))
-        return self.norm2(x + self.ls2(self.mlp(x)))
+        x = _residual(x, attend, self.norm1, self.norm_first)
+        return _residual(x, lambda h: self.ls2(self.mlp(h)), self.norm2, self.norm_first)
 
 
 class DecoderBlock(nn.Module):
@@ -90,15 +99,9 @@ class DecoderBlock(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.norm_first = cfg.norm_first
-        self.norm1 = _norm(cfg)
-        self.attn = _attention(cfg)
-        self.ls1 = _layer_scale(cfg)
-        self.norm2 = _norm(cfg)
-        self.cross_attn = _attention(cfg, cross=True)
-        self.ls_cross = _layer_scale(cfg)
-        self.norm3 = _norm(cfg)
-        self.mlp = _feed_forward(cfg)
-        self.ls2 = _layer_scale(cfg)
+        self.norm1, self.attn, self.ls1 = _sublayer(cfg, _attention)
+        self.norm2, self.cross_attn, self.ls_cross = _sublayer(cfg, lambda c: _attention(c, cross=True))
+        self.norm3, self.mlp, self.ls2 = _sublayer(cfg, _feed_forward)
 
     def forward(
         self,
@@ -114,10 +117,6 @@ class DecoderBlock(nn.Module):
     ) -> Tensor:  # x [B, N, d], memory [B, M, d] -> [B, N, d]
         attend = lambda h: self.ls1(self.attn(h, attn_mask=attn_mask, is_causal=is_causal, cache=cache, rope=rope))
         cross = lambda h: self.ls_cross(self.cross_attn(h, memory, attn_mask=memory_mask, cache=cross_cache))
-        if self.norm_first:
-            x = x + attend(self.norm1(x))
-            x = x + cross(self.norm2(x))
-            return x + self.ls2(self.mlp(self.norm3(x)))
-        x = self.norm1(x + attend(x))
-        x = self.norm2(x + cross(x))
-        return self.norm3(x + self.ls2(self.mlp(x)))
+        x = _residual(x, attend, self.norm1, self.norm_first)
+        x = _residual(x, cross, self.norm2, self.norm_first)
+        return _residual(x, lambda h: self.ls2(self.mlp(h)), self.norm3, self.norm_first)

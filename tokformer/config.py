@@ -147,8 +147,17 @@ class TransformerConfig:
         return self.bias if value is None else value
 
 
+#: Config field metadata key marking an option that fixes a model's shape (fine-tuning copies those).
+ARCHITECTURE = "architecture"
+
+
+def architecture_fields(config_cls: type) -> tuple[str, ...]:
+    """The options of a config dataclass that fix the model's shape (metadata ``ARCHITECTURE``)."""
+    return tuple(f.name for f in fields(config_cls) if f.metadata.get(ARCHITECTURE))
+
+
 def _option(default: object, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
+    return field(default=default, metadata={"help": help, ARCHITECTURE: True})
 
 
 @dataclass

@@ -11,10 +11,10 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tokformer.errors import DataError
+from tokformer.errors import DataError, TokformerError
 
 
 def file_error(path: str | os.PathLike, error: OSError | UnicodeDecodeError) -> DataError:
@@ -52,10 +52,43 @@ def read_text(path: str | os.PathLike) -> str:
         return file.read_bytes().decode("utf-8")
 
 
+def loads(text: str | bytes) -> Any:
+    """``json.loads``, with nesting too deep for the parser (a few KB of ``[[[[...``, which makes
+    ``json`` raise RecursionError) reported as the ``ValueError`` any other malformed JSON is."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """The JSON document in the file, or a DataError naming it (unreadable, not UTF-8, not JSON)."""
     text = read_text(path)
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
+        return loads(text)
+    except ValueError as error:
         raise DataError(f"{path} is not valid JSON: {error}") from None
+
+
+def inside(folder: str | os.PathLike, name: Any, described: str, error: type[TokformerError] = DataError) -> Path:
+    """``folder / name`` for a file name read from a file (an index, a manifest): refused in one line
+    unless it is a relative path that stays inside ``folder``, no ``..``, not absolute, and not a link
+    that leads out of it. ``described`` names the file and key the name came from."""
+    folder = Path(folder)
+    if not isinstance(name, str) or not name.strip():
+        raise error(f"{described}: {shown(name)} is not a file name")
+    relative = PurePosixPath(name)
+    if relative.is_absolute() or ".." in relative.parts or "\\" in name or "\0" in name:
+        raise error(f"{described}: {shown(name)} points outside {folder}; file names there must be relative "
+                    "to it, without '..'")
+    path = folder / relative
+    if not path.resolve().is_relative_to(folder.resolve()):
+        raise error(f"{described}: {shown(name)} is a link that leads outside {folder}")
+    return path
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: an error message quotes what it refuses without
+    printing a huge value someone put in a file."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -121,12 +121,11 @@ def vocabulary_head(model: CausalLM, max_new_tokens: int) -> Callable[[Tensor], 
     """``[B, d]`` -> ``[B, V]`` logits through the model's head, laid out for decoding.
 
     Decoding multiplies one row per sequence by the head's ``[V, d]`` weight. On CPU, MKL's
-    matrix-vector kernel reads that row-major layout at under half the memory bandwidth of
-    a ``[d, V]`` one (GPT-2's 50,257 x 512 head, one thread, AMD EPYC: 9.8 ms against
-    4.4-5.0 ms, which numpy's BLAS also reaches on the original layout), and the head is
-    most of a small model's decode step. So a long CPU decode first copies the weight
-    transposed (about 90 ms and one more head's memory, freed when generation ends) and
-    multiplies by the copy; short decodes and GPUs use the head as it is.
+    matrix-vector kernel can read that row-major layout at well under the memory bandwidth of
+    a ``[d, V]`` one (measured in benchmarks/bench_lm.py, docs/lm.md), and the head is most of
+    a small model's decode step. So a long CPU decode first copies the weight transposed (one
+    more head's memory, freed when generation ends) and multiplies by the copy; short decodes
+    and GPUs use the head as it is.
     """
     weight, bias = model.head.weight, model.head.bias
     if weight.device.type != "cpu" or max_new_tokens < COLUMN_HEAD_MIN_TOKENS:

@@ -1,6 +1,6 @@
 """Task heads that read the encoder's tokens: here, sequence-level classification.
 
-A classifier needs one vector per sample out of ``[B, N, d]`` tokens. Two standard ways:
+A classifier needs one vector per sample out of ``[B, N, d]`` tokens. Three standard ways:
 
 * ``cls``: a learned class token sits at position 0 and attends to everything; its
   output is the summary (BERT, the original ViT);
@@ -10,7 +10,8 @@ A classifier needs one vector per sample out of ``[B, N, d]`` tokens. Two standa
 * ``map``: multihead attention pooling (Lee et al. 2019; SigLIP): a learned query attends
   over the tokens, so the summary is a data-dependent weighting rather than a plain mean.
 
-Nothing here knows what the tokens are (patches, nodes, words).
+Nothing here knows what the tokens are (patches, nodes, words). The classification loss is
+in :mod:`tokformer.losses`, the top-k count in :mod:`tokformer.metrics`.
 """
 
 from __future__ import annotations
@@ -125,31 +126,3 @@ class ClassificationHead(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:  # [B, N, d], [B, N] -> [B, n_classes]
         return self.proj(self.drop(self.pooled(x, mask)))
 
-
-def label_smoothing_cross_entropy(logits: Tensor, target: Tensor, smoothing: float = 0.0) -> Tensor:
-    """Mean cross-entropy against ``(1 - s) * one_hot + s / C``: ``[B, C]``, ``[B]`` or ``[B, C]`` -> scalar.
-
-    ``target`` is class indices, or a ``[B, C]`` probability matrix (mixup/cutmix
-    targets, already smoothed by whoever mixed them, so ``smoothing`` is not applied).
-    Smoothing stops the model pushing logits to infinity for the true class.
-    """
-    if target.dim() == 2:
-        return torch.sum(-target * torch.log_softmax(logits.float(), dim=-1), dim=-1).mean()
-    return nn.functional.cross_entropy(logits.float(), target, label_smoothing=smoothing)
-
-
-def topk_correct(logits: Tensor, target: Tensor, ks: tuple[int, ...] = (1, 5)) -> dict[int, Tensor]:
-    """Number of samples whose true class is among the ``k`` highest logits, per k.
-
-    ``k`` larger than the number of classes counts every sample. Ties are broken by
-    :func:`torch.topk`'s order.
-    """
-    k_max = min(max(ks), logits.shape[-1])
-    top = logits.topk(k_max, dim=-1).indices  # [B, k_max]
-    hits = top == target.unsqueeze(-1)  # [B, k_max]
-    return {k: hits[:, : min(k, k_max)].any(dim=-1).sum() for k in ks}
-
-
-def show_ranked(source: str, ranked: list[tuple[str, float]]) -> str:
-    """``"SOURCE: class p, class p, ..."``: the ``tokformer predict`` line of a classifier's top classes."""
-    return f"{source}: " + ", ".join(f"{name} {p:.3f}" for name, p in ranked)

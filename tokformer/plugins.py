@@ -1,6 +1,6 @@
 """Name registries with entry-point plug-ins: one behaviour for tasks and tokenizers alike.
 
-Tasks (``tokformer.engine.registry``) and tokenizers (``tokformer.tokenizers.registry``)
+Tasks (``tokformer.runtime.registry``) and tokenizers (``tokformer.tokenizers.registry``)
 each keep a ``{name: class}`` table and find third-party classes through an entry-point
 group. What happens around that is decided here, once: a name taken twice is an error, a
 plug-in whose import fails is skipped with the same warning (it must not break the

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from tokformer.errors import CheckpointError
+
 
 @dataclass
 class SamplingConfig:
@@ -47,7 +49,11 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
 
 
 def sample_next(logits: Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None) -> Tensor:
-    """``[B, V]`` logits -> ``[B]`` next-token ids."""
+    """``[B, V]`` logits -> ``[B]`` next-token ids; NaN logits (weights that hold NaN) are a one-line
+    error rather than an arbitrary token or a sampler crash."""
+    if torch.isnan(logits).any():
+        raise CheckpointError("the model produced NaN logits: its weights hold NaN or infinite values "
+                              "(a damaged or diverged checkpoint); load another one")
     if cfg.temperature == 0:
         return logits.argmax(dim=-1)
     logits = filter_logits(logits / cfg.temperature, cfg.top_k, cfg.top_p)

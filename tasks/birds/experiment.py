@@ -20,10 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tokformer.engine.config import TrainConfig
-from tokformer.engine.optim import build_optimizer, lr_at, set_lr
-from tokformer.engine.progress import progress
-from tokformer.engine.rng import seed_everything
+from tokformer.engine import TrainConfig, build_optimizer, lr_at, progress, seed_everything, set_lr
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, BirdImages, generate
 from tokformer.tasks.birds.models import build_model, parse_spec, prefers_channels_last
 from tokformer.tasks.birds.report import write_report

@@ -1,31 +1,64 @@
 """The training engine: one loop behind every task, driven by the CLI or by Python.
 
-Public API: :func:`train`, :func:`evaluate`, :func:`load_run`, the :class:`Task` base
-class with :class:`StepOutput`, :func:`register_task`, and the config dataclasses.
-docs/engine.md explains how to write a task.
+This package's names below are its public surface, the only engine names a task imports
+(docs/engine.md lists them): the library API (:func:`train`, :func:`evaluate`, the loaders),
+the task protocol it drives (:class:`Task`, :class:`StepOutput`, :func:`register_task`, from
+:mod:`tokformer.runtime`), the config dataclasses, and the few helpers tasks share (process
+group collectives, progress, atomic writes). Its modules are internal.
 """
 
-from tokformer.engine.api import evaluate, load_run, resolve_config, train
-from tokformer.engine.checkpoint import TOKENIZER_DIR
-from tokformer.engine.config import RunConfig, TrainConfig
-from tokformer.engine.registry import get_task, register_task, task_names
+from tokformer.engine.api import evaluate, train
+from tokformer.engine.optim import build_optimizer, lr_at, set_lr
+from tokformer.engine.progress import LOGGER, progress
 from tokformer.engine.report import Evaluation
-from tokformer.engine.task import StepOutput, Task
-from tokformer.engine.trainer import RunResult
+from tokformer.engine.rng import seed_everything
+from tokformer.engine.trainer import RunResult, evaluate_model
+from tokformer.runtime.config import RunConfig, TrainConfig, help_text, resolve_config
+from tokformer.runtime.distributed import Dist, barrier, local
+from tokformer.runtime.registry import get_task, name_of, register_task, task_names
+from tokformer.runtime.task import TOKENIZER_DIR, StepOutput, Task
+from tokformer.store.atomic import fsync_dir, staged_folder, write_json_atomic
+from tokformer.store.checkpoints import tokenizer_fingerprint
+from tokformer.store.loader import Predictor, load, load_model, load_run, saved_task_name
+from tokformer.store.source import describe, read_json_object
+from tokformer.store.weights import load_fitting
 
 __all__ = [
+    "LOGGER",
+    "TOKENIZER_DIR",
+    "Dist",
     "Evaluation",
+    "Predictor",
     "RunConfig",
     "RunResult",
     "StepOutput",
-    "TOKENIZER_DIR",
     "Task",
     "TrainConfig",
+    "barrier",
+    "build_optimizer",
+    "describe",
     "evaluate",
+    "evaluate_model",
+    "fsync_dir",
     "get_task",
+    "help_text",
+    "load",
+    "load_fitting",
+    "load_model",
     "load_run",
+    "local",
+    "lr_at",
+    "name_of",
+    "progress",
+    "read_json_object",
     "register_task",
     "resolve_config",
+    "saved_task_name",
+    "seed_everything",
+    "set_lr",
+    "staged_folder",
     "task_names",
+    "tokenizer_fingerprint",
     "train",
+    "write_json_atomic",
 ]

@@ -1,4 +1,4 @@
-"""The library API: ``train``, ``evaluate`` and ``load_run``; the CLI calls exactly these."""
+"""The library API: ``train`` and ``evaluate``; the CLI calls exactly these (and the store's loaders)."""
 
 from __future__ import annotations
 
@@ -10,49 +10,28 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from tokformer.engine import checkpoint as ckpt
-from tokformer.engine.config import RunConfig, load_config_file, resolve
-from tokformer.engine.distributed import Dist, barrier, broadcast, process_group
+from tokformer.config import architecture_fields
+from tokformer.engine import finetune
 from tokformer.engine.progress import LOGGER
-from tokformer.engine.registry import get_task
 from tokformer.engine.report import Evaluation
-from tokformer.engine.task import Task
 from tokformer.engine.trainer import RunResult, Trainer, evaluate_model
-from tokformer.errors import ConfigError, DataError, UsageError
+from tokformer.errors import ConfigError, DataError
+from tokformer.runtime.config import RunConfig, load_config_file, resolve_config
+from tokformer.runtime.distributed import Dist, barrier, broadcast, process_group
+from tokformer.runtime.registry import get_task
+from tokformer.store import lock
+from tokformer.store import run_dir as runs
+from tokformer.store.checkpoints import list_checkpoints
+from tokformer.store.loader import load_model, train_config
+from tokformer.store.source import RUN, describe
 
-CONFIG_FILE = "config.json"
 log = logging.getLogger(LOGGER)
-
-
-def _task_config_cls(name: str) -> type:
-    return get_task(name).Config
-
-
-def resolve_config(
-    config: RunConfig | Mapping[str, Any] | str | os.PathLike | None = None, **overrides: Any
-) -> RunConfig:
-    """A full :class:`RunConfig` from a task name, a nested mapping, a config file path or a
-    RunConfig, plus overrides (``lr=1e-3``, ``seq_len=8``, or ``{"train.lr": 1e-3}``)."""
-    if isinstance(config, RunConfig):
-        config = config.to_dict()
-    if isinstance(config, (os.PathLike, Path)) or (isinstance(config, str) and Path(config).suffix):
-        config = load_config_file(config)
-    if isinstance(config, str):  # a bare task name
-        return resolve(config, None, overrides, _task_config_cls)
-    return resolve(None, config, overrides, _task_config_cls)
-
-
-def saved_config(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / CONFIG_FILE
-    if not path.is_file():
-        raise ConfigError(f"{run_dir} is not a run directory (no {CONFIG_FILE}); pass one that tokformer train made")
-    return load_config_file(path)
 
 
 @contextlib.contextmanager
@@ -68,65 +47,96 @@ def _deterministic(on: bool) -> Iterator[None]:
         torch.use_deterministic_algorithms(previous)
 
 
-def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool) -> tuple[Path, bool]:
-    """Pick and check the run directory on rank 0, create it, tell every rank (or the error).
+@dataclass(frozen=True)
+class RunDirPlan:
+    """Rank 0's decision about the run directory, told to every rank: start a new run in
+    ``path``, resume the run there, or refuse (``refusal`` says why). ``aside``: the run an
+    ``--overwrite`` renamed away, deleted once the new run is past its inputs."""
 
-    Returns the directory and whether to resume it: with ``resume``, or when it holds
-    checkpoints of this very config (a cluster requeueing the same command, see :func:`_requeue`).
+    path: str = ""
+    resume: bool = False
+    refusal: str | None = None
+    aside: str | None = None
+
+
+def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool,
+                     held: contextlib.ExitStack) -> RunDirPlan:
+    """Pick and check the run directory on rank 0, lock it (held until ``held`` closes), create
+    it, and tell every rank the plan (or raise its refusal on every rank).
+
+    The plan resumes with ``resume``, or when the directory holds checkpoints of this very config
+    (a cluster requeueing the same command, see :func:`_requeue`). ``overwrite`` replaces only a
+    tokformer run, and only sets it aside until the new run is past its inputs.
     """
-    outcome: tuple[str, str]
+    plan = RunDirPlan()
     if d.is_main:
         run_dir = Path(cfg.train.run_dir or f"runs/{cfg.task}-{time.strftime('%Y%m%d-%H%M%S')}")
-        if resume:
-            outcome = ("resume", str(run_dir))
-        elif overwrite or not run_dir.exists() or not any(run_dir.iterdir()):
-            if overwrite and run_dir.exists():
-                shutil.rmtree(run_dir)
-            outcome = ("new", str(run_dir))
-        else:
-            outcome = _requeue(run_dir, cfg)
-        if outcome[0] != "error":
-            run_dir.mkdir(parents=True, exist_ok=True)
-    outcome = broadcast(outcome if d.is_main else None, d)
-    if outcome[0] == "error":
-        raise ConfigError(outcome[1])
-    return Path(outcome[1]), outcome[0] == "resume"
+        try:
+            held.enter_context(lock.hold(run_dir, "tokformer train"))
+            runs.recover(run_dir)
+            plan = _plan(run_dir, cfg, resume, overwrite)
+            if plan.refusal is None:
+                run_dir.mkdir(parents=True, exist_ok=True)
+        except ConfigError as e:
+            plan = RunDirPlan(refusal=str(e))
+    plan = broadcast(plan if d.is_main else None, d)
+    if plan.refusal is not None:
+        raise ConfigError(plan.refusal)
+    return plan
 
 
-def _requeue(run_dir: Path, cfg: RunConfig) -> tuple[str, str]:
+def _plan(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> RunDirPlan:
+    if resume:
+        return RunDirPlan(str(run_dir), resume=True)
+    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+        return RunDirPlan(str(run_dir))
+    if not run_dir.is_dir():
+        return RunDirPlan(refusal=f"--run-dir {run_dir} is a file; give a directory")
+    if overwrite:
+        if not runs.is_run(run_dir):
+            return RunDirPlan(refusal=f"--overwrite replaces only a tokformer run, and {run_dir} is none (it holds "
+                                      f"{runs.contents(run_dir)}); choose another --run-dir")
+        return RunDirPlan(str(run_dir), aside=str(runs.set_aside(run_dir)))
+    return _requeue(run_dir, cfg)
+
+
+def _requeue(run_dir: Path, cfg: RunConfig) -> RunDirPlan:
     """What a new run does with an existing, non-empty ``run_dir`` (rank 0).
 
     A scheduler that requeues a preempted job reruns the same command: a directory whose
-    ``config.json`` equals this config is that run, so it resumes (``"resume"``) or, if it died
-    before its first checkpoint, starts again in it (``"new"``). Another config is refused,
-    naming the keys that differ; a directory that is no run is refused as before.
+    ``config.json`` equals this config is that run, so it resumes or, if it died before its
+    first checkpoint, starts again in it. Another config is refused, naming the keys that
+    differ; a directory that is no run is refused as before. A fine-tuned run's saved config
+    holds the shape it took from ``init_from``, so its architecture options are not compared.
     """
     refuse = (f"run directory {run_dir} already exists; "
               "pass --resume to continue it, --overwrite to replace it, or another --run-dir")
     try:
-        saved = load_config_file(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else None
+        saved = load_config_file(run_dir / runs.CONFIG_FILE) if (run_dir / runs.CONFIG_FILE).is_file() else None
         if isinstance(saved, dict) and {"task", "train"} <= set(saved):
             # resolved, so that options added to tokformer since the run was made count at their defaults
             saved = json.loads(json.dumps(resolve_config(saved).to_dict()))
     except ConfigError:
         saved = None
     if not isinstance(saved, dict) or not {"task", "train"} <= set(saved):
-        return ("error", refuse)
+        return RunDirPlan(refusal=refuse)
     wanted = json.loads(json.dumps(cfg.to_dict()))  # as config.json holds it (tuples as lists)
     for config in (saved, wanted):
         config["train"]["run_dir"] = str(run_dir)
+    adopted = set(architecture_fields(type(cfg.task_config))) if cfg.train.init_from else set()
     changed = [f"{section}.{key}={value!r} (the run has {saved[section].get(key)!r})"
                for section in ("task", "train") for key, value in wanted[section].items()
-               if saved[section].get(key) != value]
+               if saved[section].get(key) != value and not (section == "task" and key in adopted)]
     if changed:
-        return ("error", f"run directory {run_dir} already exists with another config: {'; '.join(changed)}; "
-                         "rerun its command to continue it, pass --overwrite to replace it, or another --run-dir")
-    if ckpt.list_checkpoints(run_dir):
+        return RunDirPlan(refusal=f"run directory {run_dir} already exists with another config: "
+                                  f"{'; '.join(changed)}; rerun its command to continue it, pass --overwrite to "
+                                  "replace it, or another --run-dir")
+    if list_checkpoints(run_dir):
         log.info("%s holds this run (same config): resuming it from its latest checkpoint", run_dir)
-        return ("resume", str(run_dir))
+        return RunDirPlan(str(run_dir), resume=True)
     log.info("%s holds this run (same config) without a checkpoint: starting it again", run_dir)
     shutil.rmtree(run_dir)
-    return ("new", str(run_dir))
+    return RunDirPlan(str(run_dir))
 
 
 def _check_task_unchanged(saved: Mapping[str, Any], wanted: Mapping[str, Any], run_dir: Path) -> None:
@@ -136,7 +146,7 @@ def _check_task_unchanged(saved: Mapping[str, Any], wanted: Mapping[str, Any], r
     changed = [f"{key}={value!r} (the run has {saved.get(key)!r})" for key, value in wanted.items()
                if saved.get(key) != value]
     if changed:
-        raise ConfigError(f"--resume keeps the task options of {run_dir / CONFIG_FILE}; cannot change "
+        raise ConfigError(f"--resume keeps the task options of {run_dir / runs.CONFIG_FILE}; cannot change "
                           f"{', '.join(changed)}: start a new run for that")
 
 
@@ -171,44 +181,49 @@ def train(
             raise ConfigError("give either a config or resume=RUN_DIR, not both")
         if overwrite:
             raise ConfigError("--resume continues a run and --overwrite replaces it: give one of them")
-        saved = saved_config(Path(resume))
+        saved = runs.saved_config(Path(resume))
         if saved.get("train", {}).get("epochs") is not None:  # the run's budget is its epochs
             saved["train"].pop("steps", None)
         cfg = resolve_config(saved, **{**overrides, "train.run_dir": str(resume)})
         _check_task_unchanged(resolve_config(saved).to_dict()["task"], cfg.to_dict()["task"], Path(resume))
     else:
         cfg = resolve_config(config, **overrides)
-    with process_group(cfg.train.device) as d, _deterministic(cfg.train.deterministic):
-        run_dir, resuming = _prepare_run_dir(cfg, d, resume is not None, overwrite)
-        if not resuming and d.is_main:
-            cfg.train.run_dir = str(run_dir)
-            ckpt.write_json_atomic(run_dir / CONFIG_FILE, cfg.to_dict())
-        elif d.is_main and cfg.to_dict() != saved_config(run_dir):
-            ckpt.write_json_atomic(run_dir / CONFIG_FILE, cfg.to_dict())
+    with process_group(cfg.train.device) as d, _deterministic(cfg.train.deterministic), \
+            contextlib.ExitStack() as held:
+        plan = _prepare_run_dir(cfg, d, resume is not None, overwrite, held)
+        run_dir, resuming = Path(plan.path), plan.resume
+        aside = Path(plan.aside) if plan.aside and d.is_main else None
         if d.is_main:
             log.info("run directory: %s", run_dir)
+
+        def inputs_accepted() -> None:  # the new run stands: the run it replaces can go
+            nonlocal aside
+            if aside is not None:
+                runs.discard(aside)
+                aside = None
+
         try:
             task = get_task(cfg.task)(cfg.task_config)
-            return Trainer(cfg, task, run_dir, d, resume=resuming, quiet=quiet).fit()
-        except UsageError:
-            # A run refused for bad input (data, options) leaves no half-made run directory
-            # behind, so fixing the input and rerunning needs no --overwrite.
-            if not resuming and d.is_main and not ckpt.list_checkpoints(run_dir):
+            initial = None
+            if cfg.train.init_from and not resuming:  # a resumed run has its shape in config.json
+                initial = finetune.adopt(task, cfg.train.init_from)
+                cfg.task_config = task.config
+            if not resuming and d.is_main:
+                cfg.train.run_dir = str(run_dir)
+                runs.save_config(run_dir, cfg.to_dict())
+            elif d.is_main and cfg.to_dict() != runs.saved_config(run_dir):
+                runs.save_config(run_dir, cfg.to_dict())
+            return Trainer(cfg, task, run_dir, d, resume=resuming, quiet=quiet, initial=initial,
+                           on_inputs_accepted=inputs_accepted).fit()
+        except Exception:
+            # A run that fails before its first checkpoint (bad data or options, or a fault) leaves no
+            # half-made run directory behind, so rerunning needs no --overwrite; a run it was replacing
+            # comes back.
+            if not resuming and d.is_main and not list_checkpoints(run_dir):
                 shutil.rmtree(run_dir, ignore_errors=True)
+                if aside is not None:
+                    runs.restore(run_dir, aside)
             raise
-
-
-def load_run(run_dir: str | os.PathLike, checkpoint: str = "best",
-             device: str | torch.device = "cpu") -> tuple[Task, nn.Module]:
-    """The task (assets loaded) and model (weights of ``checkpoint``: best, latest or a step)
-    of a finished or running run, in eval mode: the starting point of inference commands."""
-    run_dir = Path(run_dir)
-    cfg = resolve_config(saved_config(run_dir))
-    task = get_task(cfg.task)(cfg.task_config)
-    task.load_assets(run_dir)
-    model = task.build_model()
-    ckpt.load_weights(model, ckpt.find_checkpoint(run_dir, checkpoint), task.tokenizer_dirs())
-    return task, model.to(device).eval()
 
 
 def evaluate(path: str | os.PathLike, *, data: str | os.PathLike | None = None, checkpoint: str = "best",
@@ -221,12 +236,11 @@ def evaluate(path: str | os.PathLike, *, data: str | os.PathLike | None = None, 
     folder or manifest); by default the task's held-out split. Baselines fit on data are fit
     on the run's training split, which must still be readable.
     """
-    from tokformer.engine.pretrained import folder_kind, load_model, train_config  # they build on this module
-
-    settings = train_config(path)
+    source = describe(path)
+    settings = train_config(source)
     with process_group(device) as d, _scratch(d) as scratch:
-        task, model = load_model(path, checkpoint, d.device)
-        task.setup(Path(path) if folder_kind(path) == "run" else scratch, d)  # a run's data are prepared already
+        task, model = load_model(source, checkpoint, d.device)
+        task.setup(source.path if source.kind == RUN else scratch, d)  # a run's data are prepared already
         if data is None:
             dataset, described = task.eval_dataset(), "the held-out split"
         else:

@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
-# A training dataset may define ``epoch_order(generator, global_batch) -> permutation [n]``:
-# the epoch's sample order, drawn from ``generator`` only (so it is a pure function of
-# seed and epoch, and exact resume holds). Global batch j is its j-th slice of
-# ``global_batch`` samples, so a dataset can put similar lengths together (bucketing).
-EpochOrder = Callable[[torch.Generator, int], torch.Tensor]
+# A task may choose each epoch's order (``Task.epoch_order``): ``(generator, global_batch) ->
+# permutation [n]`` drawn from ``generator`` only (so it is a pure function of seed and epoch,
+# and exact resume holds), or None for a plain shuffle. Global batch j is its j-th slice of
+# ``global_batch`` samples, so similar lengths can go together (bucketing).
+EpochOrder = Callable[[torch.Generator, int], torch.Tensor | None]
 
 
 class StepSampler(Sampler[list[int]]):
@@ -39,9 +39,8 @@ class StepSampler(Sampler[list[int]]):
 
     def permutation(self, epoch: int) -> torch.Tensor:  # [n]
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        if self.order is not None:  # the dataset's own order, e.g. length bucketing
-            return self.order(g, self.micro_batch * self.world)
-        return torch.randperm(self.n, generator=g)
+        chosen = None if self.order is None else self.order(g, self.micro_batch * self.world)
+        return torch.randperm(self.n, generator=g) if chosen is None else chosen  # the task's, e.g. bucketing
 
     def __iter__(self) -> Iterator[list[int]]:
         k = self.start

@@ -41,8 +41,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from tokformer.engine.distributed import Dist
 from tokformer.engine.recompute import transformer_blocks
+from tokformer.runtime.distributed import Dist
 
 FULL = StateDictOptions(full_state_dict=True)  # whole tensors in, each process keeps its shard
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from tokformer.engine.distributed import Dist, all_sum
-from tokformer.engine.task import StepOutput
+from tokformer import files
+from tokformer.runtime.distributed import Dist, all_sum
+from tokformer.runtime.task import StepOutput
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -83,7 +84,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     records = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            records.append(json.loads(line))
+            records.append(files.loads(line))
         except json.JSONDecodeError:
             continue
     return records

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from tokformer.engine.config import TrainConfig
+from tokformer.runtime.config import TrainConfig
 
 # Parameters of these modules never decay, whatever their shape.
 NO_DECAY_MODULES: tuple[type[nn.Module], ...] = (

@@ -4,7 +4,7 @@ and the end of `tokformer train` print.
 A metric alone says little (is a perplexity of 80 good? an accuracy of 0.6?); next to
 what a model without learning gets on the same examples (a unigram model, copying the
 source, the majority class) it says whether training worked. The baselines come from
-the task (:meth:`tokformer.engine.task.Task.baselines`); this module only lays them out.
+the task (:meth:`tokformer.runtime.task.Task.baselines`); this module only lays them out.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-#: The ``baselines`` mapping: baseline description -> {metric name: value}.
-Baselines = dict[str, dict[str, float]]
+from tokformer.runtime.task import Baselines
 
 
 @dataclass

@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from tokformer.engine import checkpoint as ckpt
+from tokformer import files
 from tokformer.engine import fsdp
-from tokformer.engine import sharded_checkpoint as sharded
-from tokformer.engine.config import RunConfig
 from tokformer.engine.data import StepSampler, eval_batches, to_device
-from tokformer.engine.distributed import Dist, all_sum, gather
+from tokformer.engine.finetune import InitialWeights, load_initial
 from tokformer.engine.metrics import MeanMeter, MetricLog, plot_metrics
 from tokformer.engine.optim import build_optimizer, lr_at, set_lr
 from tokformer.engine.progress import LOGGER, progress
@@ -40,9 +38,15 @@ from tokformer.engine.recompute import checkpoint_activations
 from tokformer.engine.report import Evaluation
 from tokformer.engine.rng import rng_state, seed_everything, set_rng_state
 from tokformer.engine.signals import stop_on_signals
-from tokformer.engine.task import Task
 from tokformer.engine.watch import DEFAULT_PATIENCE, Watch
 from tokformer.errors import CheckpointError, ConfigError, DataError, TrainingError
+from tokformer.runtime.config import RunConfig
+from tokformer.runtime.distributed import Dist, all_sum, gather
+from tokformer.runtime.task import Task
+from tokformer.store import checkpoints
+from tokformer.store.atomic import write_json_atomic
+from tokformer.store.steps import list_checkpoints, prune, remove_partial, step_dir
+from tokformer.store.weights import check_fits
 
 log = logging.getLogger(LOGGER)
 
@@ -106,9 +110,12 @@ def evaluate_model(
 class Trainer:
     """Trains ``task`` under ``cfg`` in ``run_dir``; ``resume`` continues from its latest checkpoint."""
 
-    def __init__(self, cfg: RunConfig, task: Task, run_dir: Path, d: Dist, *, resume: bool, quiet: bool) -> None:
+    def __init__(self, cfg: RunConfig, task: Task, run_dir: Path, d: Dist, *, resume: bool, quiet: bool,
+                 initial: InitialWeights | None = None, on_inputs_accepted: Callable[[], None] | None = None) -> None:
         self.cfg, self.tc, self.task, self.run_dir, self.d = cfg, cfg.train, task, run_dir, d
         self.resume, self.show = resume, d.is_main and not quiet
+        self.initial = initial  # init_from's weights (a new fine-tuning run), loaded into the built model
+        self.on_inputs_accepted = on_inputs_accepted  # called once data and model are built: the run stands
         per_step = d.world * self.tc.grad_accum
         if self.tc.batch_size % per_step:
             raise ConfigError(
@@ -117,7 +124,7 @@ class Trainer:
         self.micro_batch = self.tc.batch_size // per_step
         self.tokenizer_hash: str | None = None  # set by fit() once the tokenizer is in the run directory
         self.raw: nn.Module | None = None  # the model as built (set by fit()): what eval_batch gets
-        self.sharded = d.active and self.tc.strategy == "fsdp"  # FSDP shards the model (one process: nothing to)
+        self.model_sharded = d.active and self.tc.strategy == "fsdp"  # FSDP shards the model (one process: nothing to)
 
     def fit(self) -> RunResult:
         task, tc, d = self.task, self.tc, self.d
@@ -133,23 +140,29 @@ class Trainer:
         if d.is_main and not self.resume:
             task.save_assets(self.run_dir)
         # recorded in every checkpoint, so loading can refuse a tokenizer swapped in later (rank 0 saves)
-        self.tokenizer_hash = (ckpt.tokenizer_fingerprint(self.run_dir, task.tokenizer_dirs()) if d.is_main
+        self.tokenizer_hash = (checkpoints.tokenizer_fingerprint(self.run_dir, task.tokenizer_dirs()) if d.is_main
                                else None)
         seed_everything(tc.seed)  # weights depend on the seed only, not on data preparation
-        raw = task.build_model().to(d.device)
+        raw = task.build_model()
+        if self.initial is not None:
+            load_initial(raw, self.initial, task.fresh_on_mismatch)
+            self.initial = None  # loaded once; the tensors are not needed any more
+        raw = raw.to(d.device)
+        if self.on_inputs_accepted is not None:
+            self.on_inputs_accepted()
         seed_everything(tc.seed + d.rank)  # per-rank streams: each rank draws its own dropout masks
         if tc.activation_checkpointing:
             blocks = checkpoint_activations(raw)
             self._info("activation checkpointing: %d Transformer blocks recompute their activations in backward",
                        blocks)
-        if self.sharded:
+        if self.model_sharded:
             units = fsdp.shard_model(raw, d, tc.precision)
             self._info("fsdp: %d units sharded over %d processes", units, d.world)
         elif tc.strategy == "fsdp":
             self._info("fsdp with one process: nothing to shard; checkpoints are sharded ones (one shard)")
         model: nn.Module = torch.compile(raw) if tc.compile else raw
         self.raw, eval_model = raw, model  # DDP's forward may talk to other ranks; evaluation must not
-        if d.active and not self.sharded:
+        if d.active and not self.model_sharded:
             model = DistributedDataParallel(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
         optimizer = build_optimizer(raw, tc)
         step, best = 0, None
@@ -157,7 +170,7 @@ class Trainer:
         if self.resume:
             step, best, watch = self._restore(raw, optimizer, logbook, watch)
         sampler = StepSampler(len(train_set), self.micro_batch, d.world, d.rank, tc.seed, start=step * tc.grad_accum,
-                              order=getattr(train_set, "epoch_order", None))
+                              order=functools.partial(task.epoch_order, train_set))
         if sampler.batches_per_epoch == 0:
             raise DataError(
                 f"the training set has {len(train_set)} samples, fewer than one batch of "
@@ -179,27 +192,29 @@ class Trainer:
                 while step < tc.steps:
                     set_lr(optimizer, lr_at(step, tc))
                     loss = self._accumulate(model, batches, meter)
-                    agreed = all_sum(torch.tensor([loss, float(stop.requested)], dtype=torch.float64), d)
-                    if not math.isfinite(agreed[0]):
+                    # one collective for both: the loss summed over ranks, and how many ranks got a stop signal
+                    loss_sum, stop_votes = all_sum(torch.tensor([loss, float(stop.requested)], dtype=torch.float64),
+                                                   d).tolist()
+                    if not math.isfinite(loss_sum):
                         optimizer.zero_grad(set_to_none=True)
-                        raise TrainingError(self._nan_message(step, float(agreed[0])))
+                        raise TrainingError(self._nan_message(step, loss_sum))
                     grad_norm = self._clip(raw)
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
                     step += 1
                     samples += tc.batch_size
                     bar.update(1)
-                    bar.set_postfix(loss=f"{agreed[0] / d.world:.4f}", lr=f"{lr_at(step - 1, tc):.2e}")
+                    bar.set_postfix(loss=f"{loss_sum / d.world:.4f}", lr=f"{lr_at(step - 1, tc):.2e}")
                     if step % tc.log_every == 0:
                         rate = samples / (time.perf_counter() - t0)
                         self._log(logbook, "train", step, {**meter.reduce(d), "lr": lr_at(step - 1, tc),
                                                           "grad_norm": grad_norm, "samples_per_s": rate})
                         meter, t0, samples = MeanMeter(), time.perf_counter(), 0
-                    if step % tc.eval_every == 0 or step == tc.steps or agreed[1] > 0:
+                    if step % tc.eval_every == 0 or step == tc.steps or stop_votes > 0:
                         result.metrics = self._evaluate(eval_model, eval_set, logbook, step)
                         best = self._watch(watch, step, best, result.metrics)
                         self._save(raw, optimizer, step, best, result.metrics, watch)
-                    if agreed[1] > 0:
+                    if stop_votes > 0:
                         result.interrupted = True
                         result.signal = max(s or 0 for s in gather(stop.signum, d)) or None  # a collective
                         self._info("stopped at step %d; resume with: tokformer train --resume %s", step, self.run_dir)
@@ -248,7 +263,7 @@ class Trainer:
 
     def _report(self, eval_set: Dataset, best: dict[str, Any]) -> Evaluation:
         """The best checkpoint's held-out metrics (saved in its state) beside the task's baselines."""
-        state = json.loads((ckpt.step_dir(self.run_dir, best["step"]) / "state.json").read_text(encoding="utf-8"))
+        state = files.loads((step_dir(self.run_dir, best["step"]) / "state.json").read_text(encoding="utf-8"))
         return Evaluation(state["metrics"], self.task.baselines(eval_set),
                           f"the held-out split, best checkpoint (step {best['step']})")
 
@@ -259,7 +274,7 @@ class Trainer:
             batch = to_device(next(batches), self.d.device)
             last = i == self.tc.grad_accum - 1
             sync = (contextlib.nullcontext() if last or not self.d.active
-                    else fsdp.no_gradient_sync(self.raw) if self.sharded else model.no_sync())
+                    else fsdp.no_gradient_sync(self.raw) if self.model_sharded else model.no_sync())
             with sync:
                 with autocast(self.d.device, self.tc.precision):
                     out = self.task.step(model, batch)
@@ -277,7 +292,7 @@ class Trainer:
         if eval_set is None:
             return {}
         batch = max(1, self.tc.batch_size // self.d.world)
-        with fsdp.gathered(self.raw) if self.sharded else contextlib.nullcontext():
+        with fsdp.gathered(self.raw) if self.model_sharded else contextlib.nullcontext():
             metrics = evaluate_model(self.task, model, eval_set, self.d, batch, self.tc.precision, self.show, self.raw)
         self._log(logbook, "eval", step, metrics)
         self._info("step %d eval: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
@@ -294,7 +309,7 @@ class Trainer:
     def _save(self, raw: nn.Module, optimizer: torch.optim.Optimizer, step: int,
               best: dict[str, Any] | None, metrics: dict[str, float], watch: Watch) -> None:
         """Checkpoint ``step`` and prune old ones, keeping ``best``: rank 0 writes it, or under
-        ``--strategy fsdp`` every rank writes its shard (:mod:`tokformer.engine.sharded_checkpoint`)."""
+        ``--strategy fsdp`` every rank writes its shard (:mod:`tokformer.store.checkpoints`)."""
         rngs = gather(rng_state(), self.d)  # a collective: every rank's generators, for exact resume
         state = {
             "step": step,
@@ -304,16 +319,13 @@ class Trainer:
             "best": best,
             "watch": watch.state(),
             "metrics": metrics,
-            ckpt.TOKENIZER_HASH: self.tokenizer_hash,
+            checkpoints.TOKENIZER_HASH: self.tokenizer_hash,
         }
-        if self.tc.strategy == "fsdp":
-            sharded.save_sharded_checkpoint(self.run_dir, step, raw, optimizer, state, self.d)
-        elif self.d.is_main:
-            ckpt.save_checkpoint(self.run_dir, step, raw.state_dict(), {**state, "optimizer": optimizer.state_dict()})
+        checkpoints.save(self.run_dir, step, raw, optimizer, state, self.d, sharded_layout=self.tc.strategy == "fsdp")
         if self.d.is_main:
             if best is not None:
-                ckpt.write_json_atomic(self.run_dir / "best.json", best)
-            ckpt.prune(self.run_dir, self.tc.keep_last, {best["step"]} if best else set())
+                write_json_atomic(self.run_dir / checkpoints.BEST_FILE, best)
+            prune(self.run_dir, self.tc.keep_last, {best["step"]} if best else set())
 
     def _data_position(self, step: int) -> dict[str, int]:
         """Where the data stream stands after ``step`` steps (resume recomputes it from the step;
@@ -328,8 +340,8 @@ class Trainer:
         """Load the latest complete checkpoint into model, optimizer and RNGs; returns its step,
         best and evaluation watch."""
         if self.d.is_main:
-            ckpt.remove_partial(self.run_dir)
-        if not ckpt.list_checkpoints(self.run_dir):  # died before its first save: start over
+            remove_partial(self.run_dir)
+        if not list_checkpoints(self.run_dir):  # died before its first save: start over
             self._info("no checkpoint in %s yet; starting from step 0", self.run_dir)
             if logbook is not None:
                 logbook.truncate_after(0)
@@ -349,7 +361,7 @@ class Trainer:
         """Load the newest checkpoint that reads cleanly into ``raw`` and ``optimizer``; a damaged or
         incomplete newer one (a disk error, a hand-edited file, a lost shard) is reported and
         skipped, so resuming loses only its steps. Every rank reads the same files, so all skip alike."""
-        newest_first = [ckpt.step_dir(self.run_dir, s) for s in reversed(ckpt.list_checkpoints(self.run_dir))]
+        newest_first = [step_dir(self.run_dir, s) for s in reversed(list_checkpoints(self.run_dir))]
         for path in newest_first[:-1]:
             try:
                 return path, self._load_checkpoint(raw, optimizer, path)
@@ -358,29 +370,22 @@ class Trainer:
         return newest_first[-1], self._load_checkpoint(raw, optimizer, newest_first[-1])
 
     def _load_checkpoint(self, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> dict[str, Any]:
-        """Weights and optimizer state of checkpoint ``path`` (sharded or not) into ``model`` and
+        """Weights and optimizer state of checkpoint ``path`` (either layout) into ``model`` and
         ``optimizer`` (sharded or not: whole tensors are re-sliced to this run's processes);
         returns its training state. Everything is read and checked before anything is loaded."""
-        ckpt.check_tokenizer(path, self.task.tokenizer_dirs())
-        weights = ckpt.load_model_state(path)
-        ckpt.check_fits(model, weights, f"checkpoint {path}", "the run's config and tokenizer")
-        state = ckpt.load_state(path)
-        if sharded.is_sharded(path):
-            state["optimizer"] = sharded.load_optimizer_state(path)
-        else:
-            optim_state = state["optimizer"]
-            optim_state["state"] = {int(k): v for k, v in optim_state["state"].items()}  # JSON keys are strings
-            ckpt.param_groups_from_json(optim_state["param_groups"])
-            if not self.sharded:  # the unsharded checkpoint of an unsharded model: loaded as it was saved
-                model.load_state_dict(weights)
-                optimizer.load_state_dict(optim_state)
-                return state
-            state["optimizer"] = fsdp.optimizer_state_by_name(optim_state, model, optimizer)
-        fsdp.load_full_state(model, optimizer, weights, state["optimizer"])
-        return state
+        checkpoints.check_tokenizer(path, self.task.tokenizer_dirs())
+        saved = checkpoints.read_checkpoint(path)
+        check_fits(model, saved.weights, f"checkpoint {path}", "the run's config and tokenizer")
+        if not saved.by_name and not self.model_sharded:  # as it was saved: plain load_state_dict
+            model.load_state_dict(saved.weights)
+            optimizer.load_state_dict(saved.optimizer)
+            return saved.state
+        by_name = saved.optimizer if saved.by_name else fsdp.optimizer_state_by_name(saved.optimizer, model, optimizer)
+        fsdp.load_full_state(model, optimizer, saved.weights, by_name)
+        return saved.state
 
     def _nan_message(self, step: int, loss: float) -> str:
-        saved = ckpt.list_checkpoints(self.run_dir)
+        saved = list_checkpoints(self.run_dir)
         keep = (f"the last good checkpoint is step {saved[-1]} (resume with --resume {self.run_dir})"
                 if saved else "no checkpoint was saved yet")
         return (f"loss became {loss} at step {step + 1}; stopped, {keep}. "

@@ -18,14 +18,18 @@ only when used. Typical use, after :func:`tokformer.engine.load_run`::
     task, model = load_run("runs/classify-...")
     path = export_onnx(model, task.export_example(), "model.onnx")
     run_onnx(path, task.export_example())  # [logits as a numpy array]
+
+:func:`export_run` is ``tokformer export``: a run's checkpoint as a model folder, with the ONNX
+file inside it, the folder appearing whole (ONNX included) or not at all.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -35,7 +39,11 @@ from torch.export import Dim, ExportedProgram, ShapesCollection
 from torch.utils import _pytree as pytree
 
 from tokformer.batch import TokenBatch
-from tokformer.errors import UsageError
+from tokformer.errors import ConfigError, UsageError
+from tokformer.store.atomic import staged_folder
+from tokformer.store.folder import check_free, write_model_folder
+from tokformer.store.loader import load_run
+from tokformer.store.source import RUN, describe
 
 ONNX_EXTRA = "pip install 'tokformer[onnx]'"
 
@@ -127,3 +135,24 @@ def _require(module: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise UsageError(f"ONNX export needs the optional package '{module}': {ONNX_EXTRA}") from None
+
+
+def export_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, checkpoint: str = "best",
+               format: Literal["folder", "onnx"] = "folder") -> Path:
+    """A run's checkpoint as a model folder at ``out``; with ``format="onnx"`` also ``out/model.onnx``.
+    The Python form of ``tokformer export``. ``out`` must not exist (or be an empty directory); the
+    folder is built under a temporary name and appears whole, ONNX file included, or not at all."""
+    source = describe(run_dir)
+    if source.kind != RUN:
+        raise ConfigError(f"{run_dir} is not a run directory (tokformer train makes one); export reads its checkpoints")
+    out = Path(out)
+    check_free(out)
+    if format == "onnx":
+        for module in ("onnx", "onnxscript"):  # refuse a missing extra before any work
+            _require(module)
+    task, model = load_run(source, checkpoint)
+    with staged_folder(out) as tmp:
+        write_model_folder(task, model, tmp)
+        if format == "onnx":
+            export_onnx(model, task.export_example(), tmp / "model.onnx")
+    return out

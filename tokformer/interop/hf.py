@@ -2,7 +2,7 @@
 
 A Hugging Face folder is ``config.json`` + ``model.safetensors`` (or a sharded
 ``model.safetensors.index.json``) + ``tokenizer.json`` (or ``vocab.json`` + ``merges.txt``).
-Loading gives the ``lm`` task (its :class:`~tokformer.tasks.lm.LMConfig` and
+Loading gives the ``lm`` task (found through the task registry: its config and
 :class:`~tokformer.tokenizers.bpe.BPETokenizer`) and a :class:`~tokformer.language_model.CausalLM`
 that computes the same logits; :func:`save_hf_folder` writes a folder that
 ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained`` load. Only local paths are
@@ -42,9 +42,16 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from tokformer import files
 from tokformer.errors import CheckpointError, ConfigError, DataError
-from tokformer.files import read_json
+from tokformer.files import inside, read_json
 from tokformer.language_model import CausalLM
+from tokformer.runtime.registry import get_task
+from tokformer.store.atomic import staged_folder
+from tokformer.store.folder import check_free
+from tokformer.store.weights import load_fitting
+from tokformer.tokenizers.base import TokenizerError
+from tokformer.tokenizers.bpe import BPETokenizer
 
 LLAMA_LAYOUT = ("llama", "mistral", "qwen2")
 FAMILIES = ("gpt2", *LLAMA_LAYOUT)
@@ -77,7 +84,7 @@ def read_state(folder: str | os.PathLike) -> dict[str, Tensor]:
             shards = sorted(set(read_json(index)["weight_map"].values()))
         except (KeyError, TypeError, AttributeError) as err:
             raise DataError(f"{index}: not a safetensors index ({err})") from None
-        files = [folder / shard for shard in shards]
+        files = [inside(folder, shard, f"{index}: weight_map") for shard in shards]
     elif (folder / "model.safetensors").is_file():
         files = [folder / "model.safetensors"]
     else:
@@ -100,11 +107,8 @@ def read_state(folder: str | os.PathLike) -> dict[str, Tensor]:
     return {name: value.float() if value.is_floating_point() else value for name, value in state.items()}
 
 
-def load_tokenizer(folder: str | os.PathLike, max_length: int):
+def load_tokenizer(folder: str | os.PathLike, max_length: int) -> BPETokenizer:
     """``tokenizer.json``, else ``vocab.json`` + ``merges.txt``, as a :class:`BPETokenizer`."""
-    from tokformer.tokenizers.base import TokenizerError
-    from tokformer.tokenizers.bpe import BPETokenizer
-
     folder = Path(folder)
     try:
         if (folder / "tokenizer.json").is_file():
@@ -123,9 +127,8 @@ def load_tokenizer(folder: str | os.PathLike, max_length: int):
 
 
 def lm_config_from_hf(hf: dict[str, Any]):
-    """The :class:`LMConfig` of a Hugging Face config dict; unsupported options are refused by name."""
-    from tokformer.tasks.lm import LMConfig
-
+    """The ``lm`` task's config of a Hugging Face config dict; unsupported options are refused by name."""
+    LMConfig = get_task("lm").Config  # the task through the registry: interop never imports tasks
     family = hf.get("model_type")
     if family not in FAMILIES:
         raise ConfigError(f"model_type {family!r} is not supported; tokformer converts {', '.join(FAMILIES)}")
@@ -354,9 +357,6 @@ def state_to_hf(state: dict[str, Tensor], family: str, cfg) -> dict[str, Tensor]
 
 def load_hf_folder(folder: str | os.PathLike) -> tuple[Any, CausalLM]:
     """The ``lm`` task (config and tokenizer set) and the ``CausalLM`` of a local Hugging Face folder."""
-    from tokformer.engine.checkpoint import load_fitting
-    from tokformer.tasks.lm import LMTask, build_lm
-
     folder = Path(folder)
     hf = read_config(folder)
     cfg = lm_config_from_hf(hf)
@@ -365,9 +365,9 @@ def load_hf_folder(folder: str | os.PathLike) -> tuple[Any, CausalLM]:
         raise ConfigError(f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but the model only "
                           f"{cfg.embedding_rows} embedding rows")
     cfg = replace(cfg, vocab_size=tokenizer.vocab_size, **_special_tokens(folder, hf, tokenizer))
-    task = LMTask(cfg)
+    task = get_task("lm")(cfg)
     task.tokenizer = tokenizer
-    model = build_lm(tokenizer, cfg)
+    model = task.build_model()
     state = state_from_hf(read_state(folder), hf["model_type"], cfg)
     load_fitting(model, state, f"Hugging Face weights {folder}", f"its config.json ({hf['model_type']})")
     return task, model.eval()
@@ -393,7 +393,7 @@ def _special_tokens(folder: Path, hf: dict[str, Any], tokenizer: Any) -> dict[st
 
 def _json_or_empty(path: Path) -> dict[str, Any]:
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = files.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return {}
     return document if isinstance(document, dict) else {}
@@ -406,13 +406,14 @@ def save_hf_folder(task: Any, model: CausalLM, folder: str | os.PathLike, family
     if family not in FAMILIES:
         raise ConfigError(f"unknown Hugging Face family {family!r}; choose one of {', '.join(FAMILIES)}")
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    check_free(folder)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state_to_hf(state, family, cfg), str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(hf_config(cfg, family, tokenizer), indent=2) + "\n")
-    tokenizer.save_hf_json(folder / "tokenizer.json")
-    tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.context_len,
-                        "bos_token": cfg.bos_token, "eos_token": cfg.eos_token, "add_bos_token": False,
-                        "add_eos_token": False}
-    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    with staged_folder(folder) as tmp:  # the folder appears whole or not at all
+        save_file(state_to_hf(state, family, cfg), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(hf_config(cfg, family, tokenizer), indent=2) + "\n")
+        tokenizer.save_hf_json(tmp / "tokenizer.json")
+        tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.context_len,
+                            "bos_token": cfg.bos_token, "eos_token": cfg.eos_token, "add_bos_token": False,
+                            "add_eos_token": False}
+        (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     return folder

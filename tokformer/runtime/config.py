@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import json
 import math
+import os
 import types
 import typing
 from collections.abc import Mapping
@@ -21,16 +22,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tokformer.config import ARCHITECTURE
 from tokformer.errors import ConfigError, DataError
 from tokformer.files import read_text
+from tokformer.runtime.registry import get_task
 
 Precision = Literal["fp32", "bf16"]
 Strategy = Literal["ddp", "fsdp"]
 
 
-def help_text(text: str) -> dict[str, str]:
-    """Field metadata documenting a config option; `--help` and `tokformer tasks NAME` show it."""
-    return {"help": text}
+def help_text(text: str, *, architecture: bool = False) -> dict[str, Any]:
+    """Field metadata documenting a config option; `--help` and `tokformer tasks NAME` show it.
+
+    ``architecture``: the option fixes the model's shape (widths, depths, positions, the
+    tokenizer's layout), so fine-tuning (``init_from``) takes it from the source model and a
+    run keeps it. Every other option (data, regularisation, decoding defaults) stays the user's.
+    """
+    return {"help": text, ARCHITECTURE: True} if architecture else {"help": text}
 
 
 @dataclass
@@ -58,6 +66,9 @@ class TrainConfig:
         "recompute each Transformer block's activations in backward: less memory, ~1/3 more compute, same losses"))
     device: str = field(default="auto", metadata=help_text("auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps"))
     seed: int = field(default=0, metadata=help_text("seed for weights, data order and every RNG"))
+    init_from: str = field(default="", metadata=help_text(
+        "fine-tune from: a model folder or run of the same task, a Hugging Face folder (lm), or a timm ViT file or "
+        "hub folder (classify); the model's shape, tokenizer and weights come from it"))
     deterministic: bool = field(
         default=False, metadata=help_text("torch.use_deterministic_algorithms: bitwise-reproducible runs")
     )
@@ -145,12 +156,30 @@ _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
 
+def is_none(value: Any) -> bool:
+    """Whether a value means "no value": None, or the string none/null (a flag, -o or YAML)."""
+    return value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
+
+
+def finite_float(value: Any) -> float:
+    """``value`` (a number or a numeric string) as a finite float; ValueError saying why not.
+    The one number parser of config files, -o, flags and the CLI's other float options."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a number, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
 def coerce(value: Any, tp: Any, key: str) -> Any:
     """``value`` as type ``tp``; strings are parsed, since flags and YAML deliver them."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        is_none = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
-        if is_none and type(None) in args:
+        if is_none(value) and type(None) in args:
             return None
         errors = []
         for arg in (a for a in args if a is not type(None)):
@@ -187,14 +216,10 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
                 pass
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        try:
+            return finite_float(value)
+        except ValueError as e:
+            raise ConfigError(f"{key}: {e}") from None
     if tp is str:
         if isinstance(value, str):
             return value
@@ -280,8 +305,7 @@ def split_sections(data: Mapping[str, Any], source: str) -> tuple[str | None, di
 
 
 def _given(values: Mapping[str, Any], key: str) -> bool:
-    value = values.get(key)
-    return value is not None and not (isinstance(value, str) and value.lower() in ("none", "null"))
+    return not is_none(values.get(key))
 
 
 def merge_budget(lower: Mapping[str, Any], upper: Mapping[str, Any]) -> dict[str, Any]:
@@ -301,14 +325,15 @@ def resolve(
     base: Mapping[str, Any] | None,
     overrides: Mapping[str, Any],
     task_config_cls: typing.Callable[[str], type],
+    train_defaults: typing.Callable[[str], Mapping[str, Any]] = lambda name: {},
 ) -> RunConfig:
     """Merge config layers, lowest priority first: dataclass defaults, ``base`` (a nested
     mapping from a file or a saved run), then ``overrides`` (flat ``key`` or ``section.key``).
 
     ``epochs``, when set, is the budget and ``steps`` is ignored (see :func:`merge_budget`).
-    ``task_config_cls`` maps a task name to its config dataclass (the registry lookup). A
-    task config may set a ``train_defaults`` ClassVar (``{"steps": 2000, ...}``): the
-    train values that suit the task, between TrainConfig's defaults and ``base``.
+    ``task_config_cls`` maps a task name to its config dataclass (the registry lookup), and
+    ``train_defaults`` to the train values that suit it (``Task.train_defaults``), which sit
+    between TrainConfig's defaults and ``base``.
     """
     base_name, task_values, train_values = split_sections(base or {}, "config")
     name = task_name or base_name
@@ -323,5 +348,27 @@ def resolve(
     return RunConfig(
         task=name,
         task_config=build_dataclass(cls, task_values, f"task '{name}'"),
-        train=build_dataclass(TrainConfig, {**getattr(cls, "train_defaults", {}), **train_values}, "train"),
+        train=build_dataclass(TrainConfig, {**train_defaults(name), **train_values}, "train"),
     )
+
+
+def resolve_config(
+    config: RunConfig | Mapping[str, Any] | str | os.PathLike | None = None, **overrides: Any
+) -> RunConfig:
+    """A full :class:`RunConfig` from a task name, a nested mapping, a config file path or a
+    RunConfig, plus overrides (``lr=1e-3``, ``seq_len=8``, or ``{"train.lr": 1e-3}``)."""
+    if isinstance(config, RunConfig):
+        config = config.to_dict()
+    if isinstance(config, (os.PathLike, Path)) or (isinstance(config, str) and Path(config).suffix):
+        config = load_config_file(config)
+    if isinstance(config, str):  # a bare task name
+        return resolve(config, None, overrides, _task_config_cls, _train_defaults)
+    return resolve(None, config, overrides, _task_config_cls, _train_defaults)
+
+
+def _task_config_cls(name: str) -> type:
+    return get_task(name).Config
+
+
+def _train_defaults(name: str) -> dict[str, Any]:
+    return get_task(name).train_defaults

@@ -15,7 +15,7 @@ pieces, and the checkpoint directory of a step holds::
 Nothing is pickled. (``torch.distributed.checkpoint`` is not used for files: its default
 metadata file, ``.metadata``, is a pickle.) The directory is built under a temporary name
 and renamed into place only after every shard and the manifest are written and fsynced
-(:mod:`tokformer.engine.checkpoint`'s helpers), so a checkpoint is complete or invisible.
+(:mod:`tokformer.store.steps`), so a checkpoint is complete or invisible.
 
 Loading checks the manifest and every shard before reading a tensor (a missing shard, a
 shard of another step or world size are one-line :class:`CheckpointError`\\ s, and resume
@@ -42,9 +42,13 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from tokformer.engine import checkpoint as ckpt
-from tokformer.engine.distributed import Dist, broadcast, gather
+from tokformer import files
 from tokformer.errors import CheckpointError
+from tokformer.runtime.distributed import Dist, broadcast, gather
+from tokformer.store.atomic import fsync_dir, fsync_file
+from tokformer.store.steps import WRITE_ERRORS, publish, temp_step_dir, write_failed
+from tokformer.store.training_state import join_tensors, param_groups_from_json, save_training_state, split_tensors
+from tokformer.store.weights import damaged, dedupe_shared
 
 MANIFEST = "manifest.json"
 FORMAT = "tokformer-sharded-checkpoint"
@@ -83,21 +87,21 @@ def _piece(tensor: torch.Tensor, rank: int) -> tuple[torch.Tensor, list[int]] | 
     return (local, [start] + [0] * (tensor.dim() - 1)) if local.numel() else None
 
 
-def save_sharded_checkpoint(run_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+def save_checkpoint(run_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
                             state: dict[str, Any], d: Dist) -> None:
     """Write the checkpoint of ``step`` from every process (a collective): each its shard, rank
     0 the training ``state`` and, once every shard is on disk, the manifest; then it is renamed
     into place. A write that fails on any rank (a full disk) fails on all of them alike."""
     made = broadcast(_temp_dir(run_dir, step) if d.is_main else None, d)  # (directory, None) or (None, reason)
     if made[1] is not None:
-        raise ckpt.write_failed(run_dir, step, made[1])
+        raise write_failed(run_dir, step, made[1])
     tmp = Path(made[0])
     contents: dict = {}
     try:
         tensors, contents = _contents(model, optimizer)
         size = _write_shard(tmp, tensors, step, d)
         if d.is_main:
-            ckpt.save_training_state(state, tmp)
+            save_training_state(state, tmp)
         outcome: tuple[str | None, int] = (None, size)
     except Exception as e:  # noqa: BLE001 - any failure on one rank must reach the gather below, or the others hang
         outcome = (getattr(e, "strerror", None) or str(e), 0)
@@ -110,16 +114,16 @@ def save_sharded_checkpoint(run_dir: Path, step: int, model: nn.Module, optimize
                 manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "world": d.world,
                             "shards": shards, **contents}
                 (tmp / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
-                ckpt.fsync_file(tmp / MANIFEST)
-                ckpt.fsync_dir(tmp)
-                ckpt.publish(tmp, run_dir, step)
-        except ckpt.WRITE_ERRORS as e:
+                fsync_file(tmp / MANIFEST)
+                fsync_dir(tmp)
+                publish(tmp, run_dir, step)
+        except WRITE_ERRORS as e:
             failure = getattr(e, "strerror", None) or str(e)
         if failure is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     failure = broadcast(failure, d)  # every rank returns once the checkpoint is in place, or raises alike
     if failure is not None:
-        raise ckpt.write_failed(run_dir, step, failure)
+        raise write_failed(run_dir, step, failure)
 
 
 def _contents(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -127,8 +131,8 @@ def _contents(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[
     ones as DTensors) and the manifest's description of them (shapes, dtypes, aliases, optimizer layout)."""
     weights = {name: value.detach() for name, value in model.state_dict().items()}
     local = {name: value.to_local() if isinstance(value, DTensor) else value for name, value in weights.items()}
-    unique, aliases = ckpt.dedupe_shared(local)  # tied weights: one copy, as in model.safetensors
-    layout, optimizer_tensors = ckpt.split_tensors(get_optimizer_state_dict(model, optimizer), OPTIMIZER, copy=False)
+    unique, aliases = dedupe_shared(local)  # tied weights: one copy, as in model.safetensors
+    layout, optimizer_tensors = split_tensors(get_optimizer_state_dict(model, optimizer), OPTIMIZER, copy=False)
     tensors = {f"{MODEL}.{name}": weights[name] for name in unique} | optimizer_tensors
     described = {key: {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
                  for key, value in tensors.items()}
@@ -144,14 +148,14 @@ def _write_shard(directory: Path, tensors: dict[str, torch.Tensor], step: int, d
     file = directory / shard_name(d.rank, d.world)
     save_file({key: local.detach().cpu().contiguous() for key, (local, _) in pieces.items()}, file,
               metadata={SHARD_META: json.dumps(meta)})
-    ckpt.fsync_file(file)
+    fsync_file(file)
     return file.stat().st_size
 
 
 def _temp_dir(run_dir: Path, step: int) -> tuple[str | None, str | None]:
     """Rank 0's temporary checkpoint directory, or why it could not be made (told to every rank)."""
     try:
-        return str(ckpt.temp_step_dir(run_dir, step)), None
+        return str(temp_step_dir(run_dir, step)), None
     except OSError as e:
         return None, e.strerror or str(e)
 
@@ -168,12 +172,14 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if not file.exists():
         raise _incomplete(path, f"no {MANIFEST} (it is written last, after every shard)")
     try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
-        step, world, shards = manifest["step"], manifest["world"], manifest["shards"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ckpt.damaged(file, e) from None
-    if manifest.get("format") != FORMAT or manifest.get("format_version", 0) > FORMAT_VERSION:
+        manifest = files.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise damaged(file, e) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not _is_int(
+            manifest.get("format_version", 0)) or manifest.get("format_version", 0) > FORMAT_VERSION:
         raise CheckpointError(f"{file} is not a tokformer sharded checkpoint of format version <= {FORMAT_VERSION}")
+    _check_fields(manifest, file)
+    step, world, shards = manifest["step"], manifest["world"], manifest["shards"]
     for rank, (name, size) in enumerate(shards.items()):
         shard = path / name
         if not shard.is_file():
@@ -185,8 +191,39 @@ def read_manifest(path: Path) -> dict[str, Any]:
                 f"not of step {step} ({_processes(world)}): copied from another checkpoint? Restore the right file "
                 "or resume from an earlier checkpoint")
         if shard.stat().st_size != size:
-            raise ckpt.damaged(shard, f"{shard.stat().st_size} bytes, the manifest says {size}")
+            raise damaged(shard, f"{shard.stat().st_size} bytes, the manifest says {size}")
     return manifest
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_fields(manifest: dict[str, Any], file: Path) -> None:
+    """Every field of a manifest has the type and shape this code reads, before anything is opened or
+    allocated: shard names are exactly ``shard-R-of-N`` (no path can be smuggled in), and the tensors
+    it describes fit in the bytes its shards hold (a few edited bytes cannot ask for gigabytes)."""
+    step, world, shards = manifest.get("step"), manifest.get("world"), manifest.get("shards")
+    if not (_is_int(step) and step >= 0 and _is_int(world) and world >= 1 and isinstance(shards, dict)):
+        raise damaged(file, "step, world and shards must be a step number, a process count and a name -> size map")
+    expected = [shard_name(rank, world) for rank in range(world)]
+    if list(shards) != expected or not all(_is_int(size) and size >= 0 for size in shards.values()):
+        raise damaged(file, f"its shards must be {', '.join(expected[:2])}{', ...' if world > 2 else ''} with sizes")
+    tensors, aliases = manifest.get("tensors"), manifest.get("aliases")
+    if not isinstance(tensors, dict) or not isinstance(aliases, dict) or OPTIMIZER not in manifest:
+        raise damaged(file, "tensors, aliases and optimizer must be present")
+    claimed = 0
+    for key, spec in tensors.items():
+        dtype = getattr(torch, spec.get("dtype", ""), None) if isinstance(spec, dict) else None
+        shape = spec.get("shape") if isinstance(spec, dict) else None
+        if not (isinstance(dtype, torch.dtype) and isinstance(shape, list) and all(_is_int(n) and n >= 0
+                                                                                     for n in shape)):
+            raise damaged(file, f"tensor {key!r} has no valid shape and dtype")
+        claimed += math.prod(shape) * dtype.itemsize
+    if claimed > sum(shards.values()):
+        raise damaged(file, f"its tensors would take {claimed} bytes, more than its shards hold")
+    if not all(isinstance(k, str) and isinstance(v, str) and f"{MODEL}.{v}" in tensors for k, v in aliases.items()):
+        raise damaged(file, "an alias names no saved tensor")
 
 
 def _processes(n: Any) -> str:
@@ -196,9 +233,12 @@ def _processes(n: Any) -> str:
 def _shard_meta(shard: Path) -> dict[str, Any]:
     try:
         with safe_open(shard, framework="pt") as f:
-            return json.loads((f.metadata() or {})[SHARD_META])
+            meta = files.loads((f.metadata() or {})[SHARD_META])
     except (SafetensorError, OSError, ValueError, KeyError) as e:
-        raise ckpt.damaged(shard, e) from None
+        raise damaged(shard, e) from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("pieces"), dict):
+        raise damaged(shard, "its header describes no pieces")
+    return meta
 
 
 def load_tensors(path: Path, prefix: str, manifest: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -208,7 +248,7 @@ def load_tensors(path: Path, prefix: str, manifest: dict[str, Any]) -> dict[str,
     try:
         whole = {key: torch.empty(spec["shape"], dtype=getattr(torch, spec["dtype"])) for key, spec in wanted.items()}
     except (AttributeError, KeyError, TypeError, RuntimeError) as e:
-        raise ckpt.damaged(path / MANIFEST, e) from None
+        raise damaged(path / MANIFEST, e) from None
     filled = dict.fromkeys(wanted, 0)
     for name in manifest["shards"]:
         pieces = _shard_meta(path / name)["pieces"]
@@ -219,8 +259,8 @@ def load_tensors(path: Path, prefix: str, manifest: dict[str, Any]) -> dict[str,
                     where = tuple(slice(o, o + n) for o, n in zip(pieces[key]["offset"], piece.shape, strict=True))
                     whole[key][where] = piece
                     filled[key] += piece.numel()
-        except (SafetensorError, OSError, RuntimeError, ValueError, KeyError) as e:
-            raise ckpt.damaged(path / name, e) from None
+        except (SafetensorError, OSError, RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:
+            raise damaged(path / name, e) from None
     short = [key for key, n in filled.items() if n != whole[key].numel()]
     if short:
         raise CheckpointError(f"checkpoint {path} is damaged: its shards do not cover {', '.join(short[:3])}")
@@ -238,6 +278,6 @@ def load_optimizer_state(path: Path) -> dict[str, Any]:
     """The whole optimizer state of sharded checkpoint ``path``, keyed by parameter name (the form
     :func:`tokformer.engine.fsdp.load_full_state` takes)."""
     manifest = read_manifest(path)
-    state = ckpt.join_tensors(manifest[OPTIMIZER], load_tensors(path, OPTIMIZER, manifest))
-    ckpt.param_groups_from_json(state["param_groups"])
+    state = join_tensors(manifest[OPTIMIZER], load_tensors(path, OPTIMIZER, manifest))
+    param_groups_from_json(state["param_groups"])
     return state

@@ -12,13 +12,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import torch
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-from tokformer.engine.checkpoint import TOKENIZER_DIR
-from tokformer.engine.distributed import Dist
-from tokformer.engine.report import Baselines
+from tokformer.batch import TokenBatch
+from tokformer.config import architecture_fields
 from tokformer.errors import UsageError
+from tokformer.runtime.distributed import Dist
+
+#: Where every task saves its tokenizer inside a run directory or model folder (the default of
+#: :meth:`Task.tokenizer_dirs`).
+TOKENIZER_DIR = "tokenizer"
+#: What :meth:`Task.baselines` returns: baseline description -> {metric name: value}.
+Baselines = dict[str, dict[str, float]]
 
 # A metric is accumulated as (sum, count) so the engine can average it exactly across
 # batches of different sizes and across processes: accuracy = (correct tokens, tokens).
@@ -60,6 +67,12 @@ class Task:
     #: Eval metric that picks the best checkpoint, and whether higher is better.
     best_metric: ClassVar[str] = "loss"
     higher_is_better: ClassVar[bool] = False
+    #: Parameter-name prefixes that fine-tuning (``init_from``) leaves freshly initialised where the
+    #: source's tensor has another shape: a classifier layer trained for another class count.
+    fresh_on_mismatch: ClassVar[tuple[str, ...]] = ()
+    #: Engine settings that suit this task (``{"steps": 1500, "lr": 2e-3}``): they sit between
+    #: TrainConfig's defaults and the user's config file, flags and ``-o`` (which win).
+    train_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, config: Any) -> None:
         self.config = config
@@ -71,7 +84,7 @@ class Task:
         and :meth:`load_assets` has run); ``dist`` is this process's place in the job. A task
         with costly preparation (a tokenizer to train, a corpus to pack) does it on
         ``dist.is_main`` into ``run_dir``, then every process meets at
-        ``tokformer.engine.distributed.barrier(dist)`` and the others load the result. Tasks
+        ``tokformer.runtime.distributed.barrier(dist)`` and the others load the result. Tasks
         get their rank here and never from the environment. Default: nothing to prepare.
         """
 
@@ -86,13 +99,16 @@ class Task:
         raise NotImplementedError
 
     def train_dataset(self) -> Dataset:
-        """A map-style dataset (``__len__`` and ``__getitem__``); the engine samples it.
-
-        The engine shuffles it each epoch, unless the dataset defines
-        ``epoch_order(generator, global_batch)`` returning the epoch's permutation (drawn
-        from ``generator`` only), e.g. to bucket by length; see tokformer/engine/data.py.
-        """
+        """A map-style dataset (``__len__`` and ``__getitem__``); the engine samples it and shuffles
+        it each epoch, unless :meth:`epoch_order` chooses the order."""
         raise NotImplementedError
+
+    def epoch_order(self, dataset: Dataset, generator: torch.Generator, global_batch: int) -> Tensor | None:
+        """The training ``dataset``'s sample order for one epoch (a permutation ``[n]``) drawn from
+        ``generator`` only, so the order is a pure function of seed and epoch and resume stays exact;
+        global batch j is its j-th slice of ``global_batch`` samples (e.g. lengths bucketed together).
+        Default None: the engine shuffles."""
+        return None
 
     def eval_dataset(self) -> Dataset | None:
         """The held-out set evaluated every ``eval_every`` steps, or None."""
@@ -161,6 +177,33 @@ class Task:
     def show_prediction(self, source: str, prediction: Any) -> str:
         """The line ``tokformer predict`` prints for the command-line input ``source``."""
         return str(prediction)
+
+    # -- fine-tuning (``init_from``): the engine drives it, a task only says what it takes ----
+
+    def adopt(self, source: Task) -> dict[str, Any]:
+        """The config options that ``source``, a loaded model of this same task, fixes for a run
+        fine-tuned from it; the engine applies them to :attr:`config` and records them in the run's
+        config, then loads ``source``'s weights into :meth:`build_model`'s model.
+
+        Before this call the engine has handed ``source``'s assets (tokenizers, class names) to this
+        task: ``source.save_assets`` read back by :meth:`load_assets`. Default: every architecture
+        option of the config (``help_text(..., architecture=True)``). Override to check the source
+        (an lm needs an end-of-text token) or to take more than options.
+        """
+        return {name: getattr(source.config, name) for name in architecture_fields(type(self.config))}
+
+    def adopt_foreign(self, path: Path, config: dict[str, Any]) -> dict[str, Tensor]:
+        """Fine-tuning from another library's model that loads as no tokformer task (a timm ViT file
+        or hub folder): take its shape and tokenizer, and return its weights under this task's
+        parameter names. ``path`` is the file or folder, ``config`` its parsed ``config.json`` (empty
+        for a file). Default: NotImplementedError, which the engine turns into a one-line refusal."""
+        raise NotImplementedError
+
+    def export_example(self) -> tuple[TokenBatch, ...]:
+        """Example inputs of the model's forward for ``torch.export`` and ONNX (``tokformer export
+        --format onnx``): their shapes are traced, their sizes along batch and tokens marked dynamic.
+        Default: the task cannot be exported."""
+        raise UsageError(f"task {type(self).__name__} has no export example: it cannot be exported to ONNX")
 
     def save_assets(self, run_dir: Path) -> None:
         """Write tokenizer files or anything else inference needs (rank 0, once per run, and into

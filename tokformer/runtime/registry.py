@@ -17,8 +17,8 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 
 from tokformer import plugins
-from tokformer.engine.task import Task
 from tokformer.errors import ConfigError
+from tokformer.runtime.task import Task
 
 ENTRY_POINT_GROUP = "tokformer.tasks"
 _TASKS: dict[str, type[Task]] = {}
@@ -46,9 +46,9 @@ def _import_quietly(module: str) -> None:
 
 def _discover(name: str | None) -> None:
     """Import task modules until ``name`` is registered (all of them when name is None)."""
-    import tokformer.tasks
+    builtin = importlib.import_module("tokformer.tasks")  # by name: the runtime sits below the tasks
 
-    modules = [m.name for m in pkgutil.iter_modules(tokformer.tasks.__path__)]
+    modules = [m.name for m in pkgutil.iter_modules(builtin.__path__)]
     if name in modules:  # the usual case: task `sort` lives in tokformer/tasks/sort.py
         _import_quietly(f"tokformer.tasks.{name}")
         if name in _TASKS:
@@ -68,6 +68,17 @@ def get_task(name: str) -> type[Task]:
     if name not in _TASKS:
         raise plugins.unknown(ENTRY_POINT_GROUP, "task", name, _TASKS, ConfigError)
     return _TASKS[name]
+
+
+def name_of(task: Task) -> str:
+    """The registered name of ``task``'s class (the registry stores classes by name only)."""
+    guess = type(task).__module__.rpartition(".")[2]  # tokformer.tasks.sort -> sort: the usual layout, no search
+    if _TASKS.get(guess) is type(task):
+        return guess
+    for name in task_names():
+        if _TASKS[name] is type(task):
+            return name
+    raise ConfigError(f"task class {type(task).__qualname__} is not registered; decorate it with @register_task")
 
 
 def task_names() -> list[str]:

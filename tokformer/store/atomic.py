@@ -1,0 +1,98 @@
+"""Writes that a crash cannot leave half done: a file or a folder appears whole or not at all.
+
+Everything tokformer writes to disk goes through here: a file is written under a temporary
+name in the same directory, fsynced and renamed over the target; a folder is assembled as a
+temporary sibling, fsynced and renamed into place last. ``os.replace`` is atomic within one
+file system, so a reader (or a resumed run) sees the old version or the new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new entry in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory below ``root`` (and ``root``): before a staged folder is renamed
+    into place, so the rename never publishes files whose bytes are still in the page cache."""
+    for directory, _, names in os.walk(root, topdown=False):
+        for name in names:
+            fsync_file(Path(directory) / name)
+        fsync_dir(Path(directory))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file, fsync and rename: a crash leaves the old
+    file or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (:func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(data, indent=2))
+
+
+def shareable(folder: Path) -> None:
+    """Give ``folder`` and its files the user's usual permissions: ``mkdtemp`` and safetensors create
+    owner-only ones, and a folder that leaves tokformer (a model folder, shards) is meant to be handed on."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for directory, _, names in os.walk(folder):
+        os.chmod(directory, 0o777 & ~umask)
+        for name in names:
+            os.chmod(Path(directory) / name, 0o666 & ~umask)
+
+
+@contextlib.contextmanager
+def staged_folder(out: Path) -> Iterator[Path]:
+    """Build a new folder ``out`` whole or not at all.
+
+    Yields an empty temporary sibling (``.NAME.tmp-XXXX``) to fill; when the block ends without
+    an error, every file in it is fsynced, it gets the user's usual permissions, and it is
+    renamed to ``out`` (which may exist only as an empty directory). An error or an interrupt
+    removes the temporary folder and leaves ``out`` as it was. The caller checks ``out`` is
+    free first, so it can refuse before any work is done.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        yield tmp
+        shareable(tmp)
+        fsync_tree(tmp)
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        os.replace(tmp, out)
+        fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
