@@ -42,6 +42,25 @@ class FiniteFloat(click.ParamType):
 
 
 FINITE = FiniteFloat()
+
+
+class Device(click.ParamType):
+    """A device name, checked as ``train`` checks it (``bogus``, or ``cuda`` without a GPU, is one line
+    before anything is loaded); the command gets the name."""
+
+    name = "device"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from tokformer.runtime.distributed import select_device
+
+        try:
+            select_device(str(value))
+        except ConfigError as e:
+            self.fail(str(e), param, ctx)
+        return str(value)
+
+
+DEVICE = Device()
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -358,7 +377,7 @@ def _train(task: str | None, config_file: str | None, sets: tuple[str, ...], res
               "the task's data option takes it (lm: text files or folder; translate: .tsv/.jsonl; classify: "
               "image folder; graph: folder or manifest).")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N or mps.")
+@click.option("--device", type=DEVICE, default="auto", show_default=True, help="auto, cpu, cuda, cuda:N or mps.")
 @click.option("--batch-size", type=POSITIVE, default=None,
               help="Evaluation batch size [default: the run's batch_size].")
 @click.option("--json", "as_json", is_flag=True,
@@ -385,7 +404,7 @@ def evaluate(run_dir: str, data: str | None, checkpoint: str, device: str, batch
 @click.option("--top-k", type=POSITIVE, default=None,
               help="classify, graph: how many classes to show per input [default: 5].")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
+@click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
 def predict(run_dir: str, inputs: tuple[str, ...], top_k: int | None, checkpoint: str, device: str) -> None:
     """Run the model of RUN_DIR (or of a model folder) on INPUTS and print one line per input.
 
@@ -412,7 +431,7 @@ def predict(run_dir: str, inputs: tuple[str, ...], top_k: int | None, checkpoint
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
 @click.option("--no-cache", is_flag=True, help="Recompute the whole sequence per token (slow; for checking).")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
+@click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
 def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temperature: float, top_k: int | None,
              top_p: float | None, stops: tuple[str, ...], seed: int, no_cache: bool, checkpoint: str,
              device: str) -> None:
@@ -463,7 +482,7 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
               help="Beam length penalty alpha [default: the run's, 1.0].")
 @click.option("--batch-size", type=POSITIVE, default=64, show_default=True, help="Sentences decoded together.")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
+@click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def translate_command(run_dir: str, sentence: str | None, in_file: str | None, out_file: str | None,
                       held_out: bool, beam_size: int | None, length_penalty: float | None, batch_size: int,
@@ -644,7 +663,7 @@ def _seed_list(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option("--out", default="birds_report", show_default=True, metavar="DIR", help="Report directory.")
 @click.option("--quick", is_flag=True, help="The small sweep (under 10 minutes on 2 CPU cores).")
 @click.option("--seeds", callback=_seed_list, metavar="0,1,2", help="Seeds [default: quick 0; full 0,1,2].")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
+@click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or per-run lines.")
 def birds(out: str, quick: bool, seeds: tuple[int, ...] | None, device: str, quiet: bool) -> None:
     """CNNs vs a Transformer on counting birds vs comparing two far-apart birds; writes a report."""

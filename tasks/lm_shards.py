@@ -24,20 +24,33 @@ corpus with missing shards. Nothing is pickled to disk: the index is JSON, the s
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import multiprocessing
 import os
 import random
 import shutil
+import signal
+import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from tokformer.engine import LOGGER, TOKENIZER_DIR, fsync_dir, progress, tokenizer_fingerprint, write_json_atomic
+from tokformer.engine import (
+    LOGGER,
+    TOKENIZER_DIR,
+    fsync_dir,
+    hold_lock,
+    progress,
+    tokenizer_fingerprint,
+    write_json_atomic,
+)
 from tokformer.errors import ConfigError, DataError
 from tokformer.files import inside, read_json
 from tokformer.tasks import lm_data
@@ -234,9 +247,19 @@ def write_shards(documents: Iterable[Sequence[int] | np.ndarray], out: str | os.
 _WORKER: BPETokenizer | None = None
 
 
-def _init_worker(tokenizer: BPETokenizer) -> None:
+def _use_tokenizer(tokenizer: BPETokenizer) -> None:
+    """The tokenizer :func:`_encode_file` encodes with, in this process."""
     global _WORKER
     _WORKER = tokenizer
+
+
+def _init_worker(tokenizer: BPETokenizer) -> None:
+    """A worker holds the tokenizer and leaves stopping to the parent: it ignores Ctrl-C (which reaches
+    the whole process group), and SIGTERM or a lost parent ends it quietly, without a traceback."""
+    _use_tokenizer(tokenizer)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, which fork copied
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
 def _encode_file(path: Path) -> np.ndarray | None:  # [document tokens] int32, or None: skipped
@@ -246,17 +269,51 @@ def _encode_file(path: Path) -> np.ndarray | None:  # [document tokens] int32, o
     return None if text is None else np.asarray(_WORKER.encode(text), dtype=np.int32)
 
 
-def _encoded(paths: list[Path], tokenizer: BPETokenizer, workers: int) -> Iterator[np.ndarray | None]:
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[Callable[[], bool]]:
+    """Yields whether SIGTERM (a scheduler, ``kill``, ``timeout``) has asked this process to stop.
+
+    The handler only records the request; the encoding loop acts on it between documents, as if
+    Ctrl-C had been pressed, so the staging directory is removed and the command ends with one
+    line. (Raising from the handler itself could land inside the pool's or logging's internals.)
+    """
+    requested = threading.Event()
+    if threading.current_thread() is not threading.main_thread():  # handlers live on the main thread only
+        yield requested.is_set
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: requested.set())
+    try:
+        yield requested.is_set
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _encoded(paths: list[Path], tokenizer: BPETokenizer, workers: int,
+             stopped: Callable[[], bool]) -> Iterator[np.ndarray | None]:
     """Each file's ids (None: skipped) in ``paths`` order, whatever the number of ``workers``:
-    the output depends on the files, never on which process encoded which."""
+    the output depends on the files, never on which process encoded which. Raises
+    KeyboardInterrupt once ``stopped()`` says a stop was requested."""
     if workers == 1:
-        _init_worker(tokenizer)
-        yield from map(_encode_file, paths)
+        _use_tokenizer(tokenizer)
+        for path in paths:
+            if stopped():
+                raise KeyboardInterrupt
+            yield _encode_file(path)
         return
     # fork shares the trained tokenizer without pickling it; elsewhere it is pickled to each worker once.
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer,)) as pool:
-        yield from pool.imap(_encode_file, paths, chunksize=1)
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(tokenizer,))
+    try:
+        for ids in pool.map(_encode_file, paths):
+            if stopped():
+                raise KeyboardInterrupt
+            yield ids
+    except BrokenProcessPool:  # the workers were stopped (the process group got the signal) or died
+        if stopped():
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a worker finishes its document, then exits
 
 
 def default_workers() -> int:
@@ -282,6 +339,15 @@ def prepare_lm(data: str, out: str | os.PathLike, *, tokenizer: str | os.PathLik
     workers = default_workers() if workers is None else workers
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, got {workers}")
+    with hold_lock(Path(out), "tokformer data prepare lm"):  # one writer per output folder
+        return _prepare(data, Path(out), tokenizer, vocab_size, tokenizer_chars, data_seed, stdlib_bytes,
+                        shard_tokens, workers, overwrite, show_progress)
+
+
+def _prepare(data: str, out: Path, tokenizer: str | os.PathLike | None, vocab_size: int, tokenizer_chars: int,
+             data_seed: int, stdlib_bytes: int, shard_tokens: int, workers: int, overwrite: bool,
+             show_progress: bool) -> ShardIndex:
+    """:func:`prepare_lm` once its output folder is locked."""
     _check_out(Path(out), overwrite)  # before the costly part, not after it
     paths = lm_data.resolve_sources(data, stdlib_bytes)
     random.Random(data_seed).shuffle(paths)
@@ -291,9 +357,9 @@ def prepare_lm(data: str, out: str | os.PathLike, *, tokenizer: str | os.PathLik
     skipped: list[Path] = []
     log.info("encoding %d files on %d process(es)", len(paths), workers)
     try:
-        with progress(show_progress, total=sum(p.stat().st_size for p in paths), unit="B", unit_scale=True,
-                      desc="tokenizing") as bar:
-            for path, ids in zip(paths, _encoded(paths, bpe, workers), strict=True):
+        with _stop_requests() as stopped, progress(show_progress, total=sum(p.stat().st_size for p in paths),
+                                                   unit="B", unit_scale=True, desc="tokenizing") as bar:
+            for path, ids in zip(paths, _encoded(paths, bpe, workers, stopped), strict=True):
                 if ids is None:
                     skipped.append(path)
                 else:

@@ -20,6 +20,7 @@ from tokformer.runtime.task import TOKENIZER_DIR, StepOutput, Task
 from tokformer.store.atomic import fsync_dir, staged_folder, write_json_atomic
 from tokformer.store.checkpoints import tokenizer_fingerprint
 from tokformer.store.loader import Predictor, load, load_model, load_run, saved_task_name
+from tokformer.store.lock import hold as hold_lock
 from tokformer.store.source import describe, read_json_object
 from tokformer.store.weights import load_fitting
 
@@ -42,6 +43,7 @@ __all__ = [
     "fsync_dir",
     "get_task",
     "help_text",
+    "hold_lock",
     "load",
     "load_fitting",
     "load_model",

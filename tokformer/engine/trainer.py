@@ -45,6 +45,7 @@ from tokformer.runtime.distributed import Dist, all_sum, gather
 from tokformer.runtime.task import Task
 from tokformer.store import checkpoints
 from tokformer.store.atomic import write_json_atomic
+from tokformer.store.budget import TRAINING_BYTES_PER_PARAMETER, check_memory, planned_size
 from tokformer.store.steps import list_checkpoints, prune, remove_partial, step_dir
 from tokformer.store.weights import check_fits
 
@@ -142,6 +143,7 @@ class Trainer:
         # recorded in every checkpoint, so loading can refuse a tokenizer swapped in later (rank 0 saves)
         self.tokenizer_hash = (checkpoints.tokenizer_fingerprint(self.run_dir, task.tokenizer_dirs()) if d.is_main
                                else None)
+        check_memory(planned_size(task.build_model), TRAINING_BYTES_PER_PARAMETER, f"task {self.cfg.task}'s config")
         seed_everything(tc.seed)  # weights depend on the seed only, not on data preparation
         raw = task.build_model()
         if self.initial is not None:

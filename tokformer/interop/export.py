@@ -43,6 +43,7 @@ from tokformer.errors import ConfigError, UsageError
 from tokformer.store.atomic import staged_folder
 from tokformer.store.folder import check_free, write_model_folder
 from tokformer.store.loader import load_run
+from tokformer.store.lock import hold
 from tokformer.store.source import RUN, describe
 
 ONNX_EXTRA = "pip install 'tokformer[onnx]'"
@@ -146,13 +147,14 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, checkpoint
     if source.kind != RUN:
         raise ConfigError(f"{run_dir} is not a run directory (tokformer train makes one); export reads its checkpoints")
     out = Path(out)
-    check_free(out)
     if format == "onnx":
         for module in ("onnx", "onnxscript"):  # refuse a missing extra before any work
             _require(module)
-    task, model = load_run(source, checkpoint)
-    with staged_folder(out) as tmp:
-        write_model_folder(task, model, tmp)
-        if format == "onnx":
-            export_onnx(model, task.export_example(), tmp / "model.onnx")
+    with hold(out, "tokformer export"):  # one writer per output folder
+        check_free(out)
+        task, model = load_run(source, checkpoint)
+        with staged_folder(out) as tmp:
+            write_model_folder(task, model, tmp)
+            if format == "onnx":
+                export_onnx(model, task.export_example(), tmp / "model.onnx")
     return out

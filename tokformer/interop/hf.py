@@ -48,6 +48,7 @@ from tokformer.files import inside, read_json
 from tokformer.language_model import CausalLM
 from tokformer.runtime.registry import get_task
 from tokformer.store.atomic import staged_folder
+from tokformer.store.budget import check_against_weights, planned_size
 from tokformer.store.folder import check_free
 from tokformer.store.weights import load_fitting
 from tokformer.tokenizers.base import TokenizerError
@@ -77,7 +78,19 @@ def read_config(folder: str | os.PathLike) -> dict[str, Any]:
 
 def read_state(folder: str | os.PathLike) -> dict[str, Tensor]:
     """The weights of a folder: ``model.safetensors`` or the shards its index names, as float32."""
-    folder = Path(folder)
+    state: dict[str, Tensor] = {}
+    for file in weight_files(Path(folder)):
+        try:
+            state.update(load_file(str(file)))
+        except FileNotFoundError:
+            raise DataError(f"{file}: shard named in the index is missing") from None
+        except (SafetensorError, OSError) as err:
+            raise CheckpointError(f"{file}: cannot read safetensors ({err})") from None
+    return {name: value.float() if value.is_floating_point() else value for name, value in state.items()}
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """``model.safetensors``, or the shards ``model.safetensors.index.json`` names (each inside ``folder``)."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
@@ -96,15 +109,7 @@ def read_state(folder: str | os.PathLike) -> dict[str, Tensor]:
                 f"weights_only=True), 'model.safetensors')\" (run in {folder})"
             )
         raise DataError(f"{folder}: no model.safetensors or model.safetensors.index.json")
-    state: dict[str, Tensor] = {}
-    for file in files:
-        try:
-            state.update(load_file(str(file)))
-        except FileNotFoundError:
-            raise DataError(f"{file}: shard named in the index is missing") from None
-        except (SafetensorError, OSError) as err:
-            raise CheckpointError(f"{file}: cannot read safetensors ({err})") from None
-    return {name: value.float() if value.is_floating_point() else value for name, value in state.items()}
+    return files
 
 
 def load_tokenizer(folder: str | os.PathLike, max_length: int) -> BPETokenizer:
@@ -367,6 +372,7 @@ def load_hf_folder(folder: str | os.PathLike) -> tuple[Any, CausalLM]:
     cfg = replace(cfg, vocab_size=tokenizer.vocab_size, **_special_tokens(folder, hf, tokenizer))
     task = get_task("lm")(cfg)
     task.tokenizer = tokenizer
+    check_against_weights(planned_size(task.build_model), weight_files(folder), str(folder / "config.json"))
     model = task.build_model()
     state = state_from_hf(read_state(folder), hf["model_type"], cfg)
     load_fitting(model, state, f"Hugging Face weights {folder}", f"its config.json ({hf['model_type']})")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import math
 import os
 import types
@@ -24,7 +23,7 @@ from typing import Any, Literal
 
 from tokformer.config import ARCHITECTURE
 from tokformer.errors import ConfigError, DataError
-from tokformer.files import read_text
+from tokformer.files import loads, read_text, shown
 from tokformer.runtime.registry import get_task
 
 Precision = Literal["fp32", "bf16"]
@@ -94,6 +93,8 @@ class TrainConfig:
             raise ValueError(f"early_stop must be >= 0 (0: off), got {self.early_stop}")
         if self.lr <= 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         for name in ("beta1", "beta2"):
@@ -165,13 +166,13 @@ def finite_float(value: Any) -> float:
     """``value`` (a number or a numeric string) as a finite float; ValueError saying why not.
     The one number parser of config files, -o, flags and the CLI's other float options."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"expected a number, got {value!r}")
+        raise ValueError(f"expected a number, got {shown(value)}")
     try:
         number = float(value)
     except ValueError:
-        raise ValueError(f"expected a number, got {value!r}") from None
+        raise ValueError(f"expected a number, got {shown(value)}") from None
     if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not a finite number")
+        raise ValueError(f"{shown(value)} is not a finite number")
     return number
 
 
@@ -187,15 +188,15 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
                 return coerce(value, arg, key)
             except ConfigError as e:
                 errors.append(str(e))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} matches none of {tp}")
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {shown(value)} matches none of {tp}")
     if origin is Literal:
         if value in args:
             return value
-        raise ConfigError(f"{key}: expected one of {', '.join(map(str, args))}, got {value!r}")
+        raise ConfigError(f"{key}: expected one of {', '.join(map(str, args))}, got {shown(value)}")
     if origin in (tuple, list):
         items = [s.strip() for s in value.split(",")] if isinstance(value, str) else value
         if not isinstance(items, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
+            raise ConfigError(f"{key}: expected a list, got {shown(value)}")
         inner = args[0] if args else Any
         return origin(coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(items))
     if tp is Any:
@@ -205,7 +206,7 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
             return value
         if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
             return value.lower() in _TRUE
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        raise ConfigError(f"{key}: expected true or false, got {shown(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -214,7 +215,7 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
                 return int(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        raise ConfigError(f"{key}: expected an integer, got {shown(value)}")
     if tp is float:
         try:
             return finite_float(value)
@@ -223,7 +224,7 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
+        raise ConfigError(f"{key}: expected a string, got {shown(value)}")
     if tp is Path:
         return Path(value)
     raise ConfigError(f"{key}: unsupported config type {tp}")
@@ -245,11 +246,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
             data = tomllib.loads(text)
         elif suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text) or {}
+            data = _load_yaml(text, path) or {}
         elif suffix == ".json":
-            data = json.loads(text)
+            data = loads(text)
         else:
             raise ConfigError(f"config file {path}: unknown format '{suffix}'; use .toml, .yaml, .yml or .json")
     except ConfigError:
@@ -259,6 +258,22 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table/mapping at the top level")
     return data
+
+
+def _load_yaml(text: str, path: Path) -> Any:
+    """YAML without anchors and aliases: a config holds plain values, and a few nested aliases
+    expand to gigabytes (the "billion laughs"), so the first alias is refused before anything expands."""
+    import yaml
+
+    class PlainLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise ConfigError(f"config file {path}, line {event.start_mark.line + 1}: YAML aliases "
+                                  f"(*{event.anchor}) are not accepted in config files; write the values out")
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=PlainLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def parse_override(text: str) -> tuple[str, str]:

@@ -25,6 +25,7 @@ from tokformer.runtime.config import resolve_config
 from tokformer.runtime.registry import get_task, name_of
 from tokformer.runtime.task import Task
 from tokformer.store.atomic import staged_folder
+from tokformer.store.budget import check_against_weights, planned_size
 from tokformer.store.checkpoints import TOKENIZER_HASH, tokenizer_fingerprint
 from tokformer.store.run_dir import CONFIG_FILE
 from tokformer.store.source import MODEL_FORMAT, Source
@@ -86,6 +87,7 @@ def load_folder(source: Source) -> tuple[Task, nn.Module]:
         raise ConfigError(f"{where} is not the tokenizer {path / WEIGHTS_FILE} was saved with "
                           "(its files changed since); restore it or export the model again")
     task.load_assets(path)
+    check_against_weights(planned_size(task.build_model), [path / WEIGHTS_FILE], str(config_file))
     model = task.build_model()
     load_fitting(model, read_model_state(path), f"{path / WEIGHTS_FILE}", f"{config_file} and its tokenizer")
     return task, model

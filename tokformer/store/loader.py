@@ -19,8 +19,10 @@ from torch import nn
 
 from tokformer.errors import ConfigError, UsageError
 from tokformer.runtime.config import TrainConfig, resolve_config
+from tokformer.runtime.distributed import select_device
 from tokformer.runtime.registry import get_task, name_of
 from tokformer.runtime.task import Task
+from tokformer.store.budget import check_against_weights, planned_size
 from tokformer.store.checkpoints import find_checkpoint, load_weights
 from tokformer.store.folder import load_folder
 from tokformer.store.formats import get_format
@@ -35,14 +37,17 @@ def load_run(run_dir: str | os.PathLike | Source, checkpoint: str = "best",
              device: str | torch.device = "cpu") -> tuple[Task, nn.Module]:
     """The task (assets loaded) and model (weights of ``checkpoint``: best, latest or a step)
     of a finished or running run, in eval mode: the starting point of inference commands."""
+    device = _device(device)
     source = as_source(run_dir)
     if source.kind != RUN:
         raise ConfigError(f"{source.path} is not a run directory (tokformer train makes one)")
     cfg = resolve_config(source.config)
     task = get_task(cfg.task)(cfg.task_config)
     task.load_assets(source.path)
+    path = find_checkpoint(source.path, checkpoint)
+    check_against_weights(planned_size(task.build_model), sorted(path.glob("*.safetensors")), str(source.config_file))
     model = task.build_model()
-    load_weights(model, find_checkpoint(source.path, checkpoint), task.tokenizer_dirs())
+    load_weights(model, path, task.tokenizer_dirs())
     return task, model.to(device).eval()
 
 
@@ -50,6 +55,7 @@ def load_model(path: str | os.PathLike | Source, checkpoint: str = "best",
                device: str | torch.device = "cpu") -> tuple[Task, nn.Module]:
     """The task and model (eval mode, on ``device``) of a run directory (weights of
     ``checkpoint``: best, latest or a step), a model folder or a registered foreign folder."""
+    device = _device(device)
     source = as_source(path)
     if source.kind == RUN:
         return load_run(source, checkpoint, device)
@@ -69,6 +75,11 @@ def load_model(path: str | os.PathLike | Source, checkpoint: str = "best",
                               f"(tokformer train TASK --init-from {source.path}) but is no model to run as it is")
         task, model = fmt.load(source)
     return task, model.to(device).eval()
+
+
+def _device(device: str | torch.device) -> torch.device:
+    """A device name checked the way ``train`` checks it (one line for ``bogus`` or a missing GPU)."""
+    return device if isinstance(device, torch.device) else select_device(device)
 
 
 def train_config(path: str | os.PathLike | Source) -> TrainConfig:

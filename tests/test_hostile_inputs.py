@@ -1,0 +1,352 @@
+"""Hostile folders, careless commands and resource bombs (docs/reliability.md, H1-H20).
+
+Each test feeds one class of bad input or fault and checks the contract: a one-line error
+with the right exit code (or a correct result), nothing lost that tokformer did not write,
+no half-written folder, nothing read outside the folder given, and no allocation that a
+few bytes of input could make unbounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+from safetensors.torch import save_file
+from tiny import TINY, TRAIN
+
+import tokformer
+from tokformer import files
+from tokformer.cli import main
+from tokformer.engine import load_run, train
+from tokformer.errors import CheckpointError, ConfigError, DataError
+from tokformer.sampling import SamplingConfig, sample_next
+from tokformer.store import lock, run_dir, steps
+from tokformer.store.weights import check_fits
+from tokformer.tokenizers import pretokenize
+from tokformer.tokenizers.image import MAX_IMAGE_PIXELS, open_image
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+SORT = [f"--{k.replace('_', '-')}={v}" for k, v in TINY["sort"].items()] + ["--steps", "2", "--eval-every", "2",
+                                                                              "--warmup-steps", "1", "-q"]
+
+
+def one_line_error(result, code: int = 2) -> str:
+    """The CLI result failed with ``code`` and printed exactly one ``Error:`` line, no traceback."""
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def sort_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train("sort", run_dir=str(tmp_path_factory.mktemp("runs") / "sort"), **TINY["sort"], **TRAIN).run_dir
+
+
+def fresh_copy(run: Path, tmp_path: Path, name: str = "run") -> Path:
+    return shutil.copytree(run, tmp_path / name)
+
+
+# -- H1-H4: nothing destroyed that tokformer did not write; one run per directory -------------
+
+
+def test_overwrite_refuses_a_directory_that_is_no_run(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("two years of work")
+    line = one_line_error(CliRunner().invoke(main, ["train", "sort", "--run-dir", str(mine), "--overwrite", *SORT]))
+    assert "replaces only a tokformer run" in line and "thesis.txt" in line
+    assert (mine / "thesis.txt").read_text() == "two years of work"
+
+
+def test_overwrite_with_bad_input_keeps_the_run_it_would_replace(sort_run: Path, tmp_path: Path) -> None:
+    run = fresh_copy(sort_run, tmp_path)
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    result = CliRunner().invoke(main, ["train", "lm", "--data", str(tmp_path / "does-not-exist"), "--run-dir",
+                                       str(run), "--overwrite", "-q"])
+    assert result.exit_code == 2 and "does-not-exist" in result.output, result.output
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert after == before, "the good run is back, byte for byte"
+    assert not list(tmp_path.glob(".run.*")), "nothing set aside is left behind"
+
+
+def test_overwrite_replaces_a_run_once_the_new_one_stands(sort_run: Path, tmp_path: Path) -> None:
+    run = fresh_copy(sort_run, tmp_path)
+    (run / "checkpoints" / "marker").write_text("old")
+    result = train("sort", run_dir=str(run), overwrite=True, **{**TINY["sort"], "d_model": 8}, **TRAIN)
+    assert not (run / "checkpoints" / "marker").exists() and result.step == 2
+    assert json.loads((run / "config.json").read_text())["task"]["d_model"] == 8
+    assert [p.name for p in tmp_path.iterdir()] == ["run"], "no aside copy and no lock file left"
+
+
+@pytest.mark.parametrize("new_run_saved", [False, True])
+def test_an_overwrite_that_was_killed_leaves_one_whole_run(sort_run: Path, tmp_path: Path,
+                                                           new_run_saved: bool) -> None:
+    """Killed between setting the old run aside and the new run's first checkpoint: the next start
+    restores the old run; killed after it: the new run stands and the old one goes."""
+    run = fresh_copy(sort_run, tmp_path)
+    aside = run_dir.set_aside(run)
+    if new_run_saved:
+        shutil.copytree(aside, run)
+        (run / "new.txt").write_text("new")
+    else:
+        run.mkdir()
+        (run / "config.json").write_text("{}")  # the half-made new run
+    run_dir.recover(run)
+    assert not aside.exists()
+    assert (run / "new.txt").exists() == new_run_saved and steps.list_checkpoints(run) == [2]
+
+
+def test_a_second_train_on_a_locked_run_directory_exits_naming_the_holder(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with lock.hold(run, "tokformer train (the first)"):
+        line = one_line_error(CliRunner().invoke(main, ["train", "sort", "--run-dir", str(run), *SORT]))
+    assert "in use by tokformer train (the first)" in line and f"pid {os.getpid()}" in line
+    assert not run.exists(), "the second command wrote nothing"
+    CliRunner().invoke(main, ["train", "sort", "--run-dir", str(run), *SORT])  # released: it runs
+    assert steps.list_checkpoints(run) == [2]
+
+
+def test_a_lock_is_released_when_its_holder_dies(tmp_path: Path) -> None:
+    script = ("import sys, time; from tokformer.store import lock\n"
+              f"with lock.hold({str(tmp_path / 'run')!r}, 'killed'):\n    print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match="in use by killed"), lock.hold(tmp_path / "run", "second"):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with lock.hold(tmp_path / "run", "second"):  # the kernel dropped the dead holder's lock: never stale
+        pass
+
+
+def test_a_failure_that_is_no_usage_error_also_leaves_no_half_made_run(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokformer.tasks.sort import SortTask
+
+    def broken(self, run_dir, dist):
+        raise RuntimeError("a fault inside the task")
+
+    monkeypatch.setattr(SortTask, "setup", broken)
+    with pytest.raises(RuntimeError, match="a fault inside the task"):
+        train("sort", run_dir=str(tmp_path / "run"), **TINY["sort"], **TRAIN)
+    assert not (tmp_path / "run").exists()
+
+
+# -- H5: folders appear whole or not at all ---------------------------------------------------
+
+
+def test_an_export_that_fails_half_way_leaves_no_folder_and_can_be_rerun(sort_run: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokformer.interop import export
+
+    def onnx_dies(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "export_onnx", onnx_dies)
+    with pytest.raises(OSError):
+        export.export_run(sort_run, tmp_path / "out", format="onnx")
+    assert list(tmp_path.iterdir()) == [], "no folder, no temporary sibling, no lock file"
+    monkeypatch.undo()
+    folder = export.export_run(sort_run, tmp_path / "out")  # the rerun is not refused
+    assert len(tokformer.load(folder)([[3, 1, 2, 0, 5, 4]])[0]) == 6
+
+
+# -- H6-H8: every path read from a file stays inside its folder -------------------------------
+
+
+@pytest.mark.parametrize("name", ["../other/model.safetensors", "/etc/passwd", "a/../../x", "", 7])
+def test_a_file_name_from_an_index_may_not_leave_its_folder(tmp_path: Path, name) -> None:
+    with pytest.raises(DataError, match="index.json: weight_map"):
+        files.inside(tmp_path, name, "index.json: weight_map")
+
+
+def test_a_link_that_leads_out_of_the_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "secret").write_text("x")
+    (tmp_path / "folder" / "shard.safetensors").symlink_to(tmp_path / "secret")
+    with pytest.raises(DataError, match="link that leads outside"):
+        files.inside(tmp_path / "folder", "shard.safetensors", "manifest")
+    assert files.inside(tmp_path, "folder/x", "manifest") == tmp_path / "folder" / "x"
+
+
+def test_a_hugging_face_index_naming_another_folder_is_refused(tmp_path: Path) -> None:
+    from tokformer.interop.hf import read_state
+
+    (tmp_path / "other").mkdir()
+    save_file({"w": torch.zeros(2)}, tmp_path / "other" / "model.safetensors")
+    (tmp_path / "hf").mkdir()
+    index = {"weight_map": {"w": "../other/model.safetensors"}}
+    (tmp_path / "hf" / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(DataError, match="points outside"):
+        read_state(tmp_path / "hf")
+
+
+@pytest.mark.parametrize("edit", ["shard named ../x", "shards a list", "huge tensor", "world a string"])
+def test_a_sharded_manifest_with_bad_fields_is_damaged_and_resume_falls_back(tmp_path: Path, edit: str) -> None:
+    run = train("sort", run_dir=str(tmp_path / "run"), strategy="fsdp", **TINY["sort"],
+                **{**TRAIN, "steps": 4}).run_dir
+    manifest_file = steps.step_dir(run, 4) / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    if edit == "shard named ../x":
+        manifest["shards"] = {"../x.safetensors": 10}
+    elif edit == "shards a list":
+        manifest["shards"] = list(manifest["shards"])
+    elif edit == "huge tensor":
+        manifest["tensors"][next(iter(manifest["tensors"]))]["shape"] = [1 << 40, 1 << 20]
+    else:
+        manifest["world"] = "one"
+    manifest_file.write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="manifest.json is damaged"):
+        load_run(run, checkpoint="latest")
+    result = train(resume=str(run), steps=6, quiet=True)  # falls back to step 2 and trains on
+    assert result.step == 6
+
+
+# -- H9-H16: a few bytes never buy unbounded memory or time -----------------------------------
+
+
+def test_a_config_asking_for_a_model_far_bigger_than_its_weights_is_refused_unbuilt(sort_run: Path,
+                                                                                     tmp_path: Path) -> None:
+    folder = tokformer.save_pretrained(*load_run(sort_run), tmp_path / "model")
+    config = json.loads((folder / "config.json").read_text())
+    config["task"].update(d_model=8192, n_layers=64, n_heads=64)  # 51 billion parameters, in a few bytes
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="describes a model of .* but its weights hold only"):
+        tokformer.load_model(folder)
+
+
+def test_training_a_model_that_cannot_fit_in_memory_is_refused_before_building_it(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    monkeypatch.setenv("TOKFORMER_MEMORY_LIMIT", "1000")  # bytes: the tiny sort model's AdamW state is more
+    with pytest.raises(ConfigError, match="more than the 0.0 GiB of memory available"):
+        train("sort", run_dir=str(tmp_path / "run"), **TINY["sort"], **TRAIN)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_yaml_config_with_aliases_is_refused_before_it_expands(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                    "c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\ntask: {name: sort}\n")
+    line = one_line_error(CliRunner().invoke(main, ["train", "-c", str(bomb)]))
+    assert "YAML aliases (*a) are not accepted" in line and "line 2" in line
+
+
+def test_deeply_nested_json_is_a_named_error_not_a_recursion_error(tmp_path: Path) -> None:
+    config = tmp_path / "deep.json"
+    config.write_text("[" * 100_000 + "]" * 100_000)
+    line = one_line_error(CliRunner().invoke(main, ["train", "-c", str(config)]))
+    assert "deep.json is malformed: JSON nested too deeply" in line
+
+
+def test_a_huge_value_is_shown_cut_in_the_error(tmp_path: Path) -> None:
+    config = tmp_path / "big.json"
+    config.write_text(json.dumps({"task": {"name": "sort", "d_model": "x" * 5_000_000}}))
+    line = one_line_error(CliRunner().invoke(main, ["train", "-c", str(config)]))
+    assert "(5000002 characters)" in line and len(line) < 400
+
+
+def test_a_catastrophic_foreign_regex_is_stopped_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pretokenize, "FOREIGN_REGEX_SECONDS", (1e-6, 0.0))
+    split = pretokenize.pretokenizer(r"(?:\w+\s?)+\S")
+    with pytest.raises(pretokenize.PatternError, match="took too long on a text of 200000 characters"):
+        split("word " * 40_000)
+
+
+def test_an_image_that_would_decode_past_the_pixel_limit_is_refused_from_its_header(tmp_path: Path) -> None:
+    side = int(MAX_IMAGE_PIXELS**0.5) + 8
+    Image.new("1", (side, side)).save(tmp_path / "bomb.png")  # a few KB of PNG
+    assert (tmp_path / "bomb.png").stat().st_size < 200_000
+    with pytest.raises(DataError, match=f"{side} x {side} pixels, more than"):
+        open_image(tmp_path / "bomb.png")
+
+
+def test_token_ids_past_the_vocabulary_are_a_data_error(tmp_path: Path) -> None:
+    from tokformer.tasks.lm import LMConfig, LMTask
+    from tokformer.tokenizers.bpe import BPETokenizer
+
+    task = LMTask(LMConfig())
+    task.tokenizer = BPETokenizer.train(["some text " * 20], 270, special_tokens=["<|endoftext|>"])
+    ok = torch.tensor([1, 2, 3])
+    assert task.collate([ok, ok], train=True).shape == (2, 3)
+    with pytest.raises(DataError, match="holds token id 60000, past the tokenizer's vocabulary"):
+        task.collate([ok, torch.tensor([1, 60000, 2])], train=True)
+
+
+def test_weights_of_another_dtype_kind_do_not_load_as_garbage() -> None:
+    model = torch.nn.Linear(2, 2)
+    state = {"weight": torch.zeros(2, 2, dtype=torch.int32), "bias": torch.zeros(2)}
+    with pytest.raises(CheckpointError, match="dtype: weight int32 vs float32"):
+        check_fits(model, state, "file", "config")
+    check_fits(model, {"weight": torch.zeros(2, 2, dtype=torch.bfloat16), "bias": torch.zeros(2)}, "file", "cfg")
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_nan_weights_are_a_named_error_at_any_temperature(temperature: float) -> None:
+    logits = torch.tensor([[0.1, float("nan"), 0.3]])
+    with pytest.raises(CheckpointError, match="NaN logits"):
+        sample_next(logits, SamplingConfig(temperature=temperature))
+
+
+# -- H17-H20: no internal error reaches the user for bad input --------------------------------
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**70)])
+def test_a_seed_out_of_range_is_a_usage_error(seed: str, tmp_path: Path) -> None:
+    line = one_line_error(CliRunner().invoke(main, ["train", "sort", "--seed", seed, "--run-dir",
+                                                    str(tmp_path / "r"), *SORT]))
+    assert "seed must be in [0, 2**32)" in line
+
+
+@pytest.mark.parametrize("command", ["predict", "generate", "evaluate"])
+@pytest.mark.parametrize("device", ["bogus", "cuda:7"])
+def test_a_bad_device_is_one_line_in_every_command(sort_run: Path, command: str, device: str) -> None:
+    if device.startswith("cuda") and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    extra = {"predict": ["3 1 2"], "generate": ["-p", "x"], "evaluate": []}[command]
+    result = CliRunner().invoke(main, [command, str(sort_run), *extra, "--device", device])
+    line = one_line_error(result)
+    assert ("is not a device" in line or "not available" in line) and "--device" in line, line
+
+
+def test_a_damaged_best_json_is_named(sort_run: Path, tmp_path: Path) -> None:
+    run = fresh_copy(sort_run, tmp_path)
+    (run / "best.json").write_text('{"step": "two"}')
+    with pytest.raises(CheckpointError, match="best.json is damaged"):
+        load_run(run)
+    (run / "best.json").write_text('{"step": 40}')
+    with pytest.raises(CheckpointError, match="names step 40, which has no checkpoint"):
+        load_run(run)
+
+
+def test_stopping_data_prepare_with_workers_leaves_nothing_and_prints_no_traceback(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    words = [f"w{i:x}q" for i in range(5000)]
+    for i in range(300):  # distinct words: the encoder's chunk cache cannot make it quick
+        (corpus / f"{i}.txt").write_text(" ".join(words[(i * 7 + j * 13) % 5000] for j in range(6000)))
+    out = tmp_path / "shards"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [str(Path(sys.executable).parent / "tokformer"), "data", "prepare", "lm", "--data", str(corpus),
+               "--out", str(out), "--workers", "2", "--vocab-size", "300", "--quiet"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".shards.partial")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGTERM)  # as a scheduler or `timeout` stops a job: the whole group
+    _, stderr = process.communicate(timeout=60)
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+    assert not out.exists() and not list(tmp_path.glob(".shards*")), list(tmp_path.iterdir())

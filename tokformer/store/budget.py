@@ -1,0 +1,78 @@
+"""How big a model a config asks for, known before any weight is allocated.
+
+A config is a few bytes: a ``config.json`` with a hidden size of 8192 and 64 layers asks for
+51 billion parameters, and building that model would allocate until the process is killed.
+So a model is first built on PyTorch's ``meta`` device (shapes only, no memory, no
+initialisation work) and its size is checked: against the weights a folder holds (a config
+that describes a model far bigger than its own weights file is damaged or hostile), and
+against the memory this machine has (a model whose training state cannot fit is refused).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from tokformer.errors import ConfigError
+
+log = logging.getLogger(__name__)
+#: Bytes per parameter of a training run: fp32 weights, gradients and AdamW's two moments.
+TRAINING_BYTES_PER_PARAMETER = 16
+#: The fewest bytes a stored parameter takes (bf16/fp16): a weights file smaller than that cannot hold the model.
+STORED_BYTES_PER_PARAMETER = 2
+
+
+def planned_size(build: Callable[[], nn.Module]) -> int | None:
+    """Parameters and buffers (elements) of the model ``build`` makes, built on the meta device;
+    None if the builder cannot run there (then the caller's other checks still apply)."""
+    try:
+        with torch.device("meta"):
+            model = build()
+    except (NotImplementedError, RuntimeError, TypeError, ValueError) as e:  # a builder that reads tensor values
+        log.debug("cannot size the model on the meta device: %s", e)
+        return None
+    return sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+
+
+def check_against_weights(size: int | None, weight_files: list[Path], described_by: str) -> None:
+    """Refuse a model of ``size`` elements whose weights cannot be in ``weight_files``: the config
+    (``described_by``) asks for more than the files could hold even at 2 bytes a parameter."""
+    if size is None:
+        return
+    stored = sum(f.stat().st_size for f in weight_files if f.is_file())
+    if size * STORED_BYTES_PER_PARAMETER > stored * 1.01 + (1 << 20):
+        raise ConfigError(f"{described_by} describes a model of {size:,} parameters, but its weights hold only "
+                          f"{stored:,} bytes: the config does not match its weights (damaged or edited)")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux ``MemAvailable``), None where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(size: int | None, bytes_per_parameter: int, what: str, *, limit: int | None = None) -> None:
+    """Refuse ``what`` (a model of ``size`` elements, ``bytes_per_parameter`` each) when it cannot fit in
+    ``limit`` bytes (default: the memory available now); ``TOKFORMER_MEMORY_LIMIT`` (bytes) overrides it."""
+    if size is None:
+        return
+    if limit is None:
+        override = os.environ.get("TOKFORMER_MEMORY_LIMIT")
+        limit = int(override) if override and override.isdigit() else available_memory()
+    if limit is None:
+        return
+    need = size * bytes_per_parameter
+    if need > limit:
+        raise ConfigError(f"{what} asks for a model of {size:,} parameters, about {need / 2**30:.1f} GiB, more than "
+                          f"the {limit / 2**30:.1f} GiB of memory available; make it smaller (or set "
+                          "TOKFORMER_MEMORY_LIMIT to the bytes it may use)")
