@@ -405,18 +405,25 @@ def evaluate(run_dir: str, data: str | None, checkpoint: str, device: str, batch
               help="classify, graph: how many classes to show per input [default: 5].")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
-def predict(run_dir: str, inputs: tuple[str, ...], top_k: int | None, checkpoint: str, device: str) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars, info lines or warnings.")
+def predict(run_dir: str, inputs: tuple[str, ...], top_k: int | None, checkpoint: str, device: str,
+            quiet: bool) -> None:
     """Run the model of RUN_DIR (or of a model folder) on INPUTS and print one line per input.
 
     INPUTS are what the task reads: sort: digits ("3 1 2" or 312); classify: image files; graph:
     graph files; lm: prompts; translate: sentences.
     """
+    from tokformer.engine.progress import configure_logging
     from tokformer.store.loader import load
 
+    configure_logging(quiet)
     predictor = load(run_dir, checkpoint, device)
     options = {} if top_k is None else {"top_k": top_k}
-    for source, prediction in zip(inputs, predictor(inputs, **options), strict=True):
-        click.echo(predictor.task.show_prediction(source, prediction))
+    shown = [predictor.task.show_prediction(source, prediction)
+             for source, prediction in zip(inputs, predictor(inputs, **options), strict=True)]
+    several_lines = any("\n" in line for line in shown)  # continuations of prompts: mark where each one starts
+    for i, line in enumerate(shown):
+        click.echo(f"{chr(10) * bool(i)}--- input {i + 1} ---\n{line}" if several_lines and len(shown) > 1 else line)
 
 
 @main.command(context_settings=CONTEXT)
@@ -432,9 +439,10 @@ def predict(run_dir: str, inputs: tuple[str, ...], top_k: int | None, checkpoint
 @click.option("--no-cache", is_flag=True, help="Recompute the whole sequence per token (slow; for checking).")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars, info lines or warnings.")
 def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temperature: float, top_k: int | None,
              top_p: float | None, stops: tuple[str, ...], seed: int, no_cache: bool, checkpoint: str,
-             device: str) -> None:
+             device: str, quiet: bool) -> None:
     """Continue text with the language model of RUN_DIR (a `tokformer train lm` run), a model folder
     (tokformer export) or a Hugging Face causal-LM folder.
 
@@ -462,7 +470,7 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
                                 top_p=top_p, stop=stops, seed=seed, use_cache=not no_cache, checkpoint=checkpoint,
                                 device=device,
                                 on_text=show if stream else None)
-    for warning in caught:
+    for warning in [] if quiet else caught:
         click.echo(f"Warning: {warning.message}", err=True)
     if stream:
         click.echo("" if prompt_shown else texts[0])
@@ -526,33 +534,38 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--format", "fmt", type=click.Choice(["folder", "onnx"]), default="folder", show_default=True,
               help="folder: config.json, model.safetensors and tokenizer files; onnx: the same plus model.onnx.")
-def export(run_dir: str, out: str, checkpoint: str, fmt: typing.Literal["folder", "onnx"]) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def export(run_dir: str, out: str, checkpoint: str, fmt: typing.Literal["folder", "onnx"], quiet: bool) -> None:
     """Write a checkpoint of RUN_DIR as a model folder: what generate, translate, predict, evaluate
     and tokformer.from_pretrained load, and what init_from fine-tunes."""
     from tokformer.interop.export import export_run
 
-    folder = export_run(run_dir, out, checkpoint=checkpoint, format=fmt)
-    click.echo(f"exported {run_dir} ({checkpoint} checkpoint) to {folder}")
+    folder = export_run(run_dir, out, checkpoint=checkpoint, format=fmt, show_progress=not quiet)
+    which = f"the checkpoint of step {checkpoint}" if checkpoint.isdigit() else f"its {checkpoint} checkpoint"
+    click.echo(f"exported {run_dir} ({which}) to {folder}")
 
 
 @main.command(context_settings=CONTEXT)
 @click.argument("name", required=False)
-def tasks(name: str | None) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="No warnings (e.g. about a plug-in that failed to import).")
+def tasks(name: str | None, quiet: bool) -> None:
     """List the registered tasks, or the options of task NAME with their defaults (as -o NAME=VALUE;
     `tokformer train NAME --help` shows them as flags)."""
+    from tokformer.engine.progress import configure_logging
     from tokformer.runtime.config import config_fields, field_default
     from tokformer.runtime.registry import get_task, task_names
 
+    configure_logging(quiet)
     if name is None:
-        for task_name in task_names():
-            doc = (get_task(task_name).__doc__ or "").strip().splitlines()
-            click.echo(f"{task_name:16s} {doc[0] if doc else ''}")
-        return
-    hints = typing.get_type_hints(get_task(name).Config)
-    for fld in config_fields(get_task(name).Config).values():
-        default = field_default(fld)
-        help_text = fld.metadata.get("help", "")
-        click.echo(f"{fld.name:16s} {_metavar(hints[fld.name]):8s} default {default!s:10s} {help_text}")
+        rows = [(task_name, ((get_task(task_name).__doc__ or "").strip().splitlines() or [""])[0])
+                for task_name in task_names()]
+    else:
+        hints = typing.get_type_hints(get_task(name).Config)
+        rows = [(fld.name, _metavar(hints[fld.name]), f"default {_shown(field_default(fld))}",
+                 fld.metadata.get("help", "")) for fld in config_fields(get_task(name).Config).values()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)] if rows else []
+    for row in rows:  # columns as wide as their longest entry, so long types do not push the rest out of line
+        click.echo("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]))
 
 
 @main.group(context_settings=CONTEXT)
@@ -566,12 +579,18 @@ def tokenizer() -> None:
 @click.option("--out", required=True, metavar="DIR", help="Directory to save the tokenizer to.")
 @click.option("--pattern", default="gpt2", show_default=True, help="Pre-tokenization: gpt2, cl100k or a regex.")
 @click.option("--min-frequency", type=int, default=0, show_default=True, help="Stop below this pair count.")
-@click.option("--special-token", "special_tokens", multiple=True, metavar="TOKEN", help="Special token (repeatable).")
+@click.option("--special-token", "special_tokens", multiple=True, metavar="TOKEN",
+              help="Special token (repeatable) [default: <|endoftext|>, which `train lm` needs between documents].")
+@click.option("--no-special-tokens", is_flag=True, help="No special tokens at all (not even <|endoftext|>).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def tokenizer_train(data: tuple[str, ...], vocab_size: int, out: str, pattern: str, min_frequency: int,
-                    special_tokens: tuple[str, ...], quiet: bool) -> None:
+                    special_tokens: tuple[str, ...], no_special_tokens: bool, quiet: bool) -> None:
     """Train a byte-level BPE on the --data files and save it to --out."""
     from tokformer.tokenizers.commands import train_tokenizer
+
+    if no_special_tokens and special_tokens:
+        raise click.UsageError("--no-special-tokens and --special-token contradict each other; give one")
+    special_tokens = () if no_special_tokens else special_tokens or ("<|endoftext|>",)
 
     trained = train_tokenizer(data, vocab_size, out, pattern=pattern, min_frequency=min_frequency,
                               special_tokens=special_tokens, show_progress=not quiet)
@@ -598,12 +617,14 @@ def tokenizer_encode(directory: str, text: str | None, file: str | None, allow_s
 @tokenizer.command("decode", context_settings=CONTEXT)
 @click.option("--tokenizer", "directory", required=True, metavar="DIR", help="A saved tokenizer directory.")
 @click.argument("ids", nargs=-1)
-def tokenizer_decode(directory: str, ids: tuple[str, ...]) -> None:
-    """Print the text of token IDS (arguments, or whitespace-separated on stdin)."""
+@click.option("--no-newline", is_flag=True, help="Print the decoded text exactly, without a newline after it.")
+@click.option("-q", "--quiet", is_flag=True, help="No info lines (decoding prints none; accepted like everywhere).")
+def tokenizer_decode(directory: str, ids: tuple[str, ...], no_newline: bool, quiet: bool) -> None:
+    """Print the text of token IDS (arguments, or whitespace-separated on stdin), and a newline."""
     from tokformer.tokenizers.commands import decode_ids, parse_ids
 
     words = ids or click.open_file("-").read().split()
-    click.echo(decode_ids(directory, parse_ids(words)), nl=False)
+    click.echo(decode_ids(directory, parse_ids(words)), nl=not no_newline)
 
 
 @main.group(context_settings=CONTEXT)

@@ -146,8 +146,12 @@ def train_tokenizer(paths: Iterable[Path], vocab_size: int, chars: int, source: 
             break
     if not texts:
         raise DataError(f"the corpus '{source}' holds no usable text (empty, whitespace-only or binary files)")
-    log.info("training a %d-token BPE on %d characters", vocab_size, sum(map(len, texts)))
-    return BPETokenizer.train(texts, vocab_size, special_tokens=[EOT], max_length=max_length)
+    log.info("training a BPE of up to %d tokens on %d characters", vocab_size, sum(map(len, texts)))
+    tokenizer = BPETokenizer.train(texts, vocab_size, special_tokens=[EOT], max_length=max_length)
+    fewer = (f" (fewer than the {vocab_size} asked for: the {sum(map(len, texts))} characters hold no more pairs "
+             "to merge; give more text or raise tokenizer_chars)") if tokenizer.vocab_size < vocab_size else ""
+    log.info("learned a %d-token BPE%s", tokenizer.vocab_size, fewer)
+    return tokenizer
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

@@ -119,6 +119,26 @@ def test_cache_grows_past_initial_capacity_and_reorders():
     torch.testing.assert_close(cache.keys, k[[1, 1]])
 
 
+def test_reordered_cache_equals_a_cache_built_from_the_reordered_sequences():
+    """Beam search reorders the cache to follow surviving hypotheses: keys AND values must move with the rows."""
+    attn = MultiHeadAttention(D, H).eval()
+    x = torch.randn(3, 9, D)
+    index = torch.tensor([2, 0, 2])  # row 1 dropped, row 2 duplicated
+    cache = KVCache()
+    attn(x[:, :6], is_causal=True, cache=cache)
+    cache.reorder(index)
+    fresh = KVCache()
+    attn(x[index, :6], is_causal=True, cache=fresh)
+    assert cache.length == fresh.length == 6
+    torch.testing.assert_close(cache.keys, fresh.keys, msg=lambda m: f"reordered cache keys are wrong: {m}")
+    torch.testing.assert_close(cache.values, fresh.values, msg=lambda m: f"reordered cache values are wrong: {m}")
+    # Decoding on after the reorder equals full causal attention over the reordered sequences.
+    steps = torch.cat([attn(x[index, t : t + 1], is_causal=True, cache=cache) for t in range(6, 9)], dim=1)
+    full = attn(x[index], is_causal=True)[:, 6:]
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5,
+                               msg=lambda m: f"decoding after a cache reorder differs from recomputation: {m}")
+
+
 def test_heads_must_divide_width():
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(30, 4)

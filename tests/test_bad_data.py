@@ -4,11 +4,12 @@ and size, degenerate graphs (docs/reliability.md, "Data")."""
 import networkx as nx
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 from PIL import Image
 
 from tokformer.cli import main
-from tokformer.engine import train
+from tokformer.engine import load_run, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -48,9 +49,19 @@ def test_predict_takes_images_of_any_mode_and_size(runs, tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == [str(p) for p in paths]
-    for line in lines:  # "path: class p, class p"
-        probs = [float(part.rsplit(" ", 1)[1]) for part in line.split(": ", 1)[1].split(", ")]
-        assert len(probs) == 2 and all(0 <= p <= 1 for p in probs) and probs[0] >= probs[1]
+    task, model = load_run(runs / "classify")
+    batch = task.tokenizer.batch(paths)
+    training_size = task.tokenizer.batch(torch.zeros(1, 3, *task.tokenizer.image_size))
+    assert batch.features.shape[1:] == training_size.features.shape[1:]  # every image: 3-channel training-size patches
+    with torch.no_grad():
+        probs = model(batch).softmax(-1)  # [images, classes], recomputed from the model
+    torch.testing.assert_close(probs.sum(-1), torch.ones(len(paths)))
+    for line, row in zip(lines, probs, strict=True):  # "path: class p, class p"
+        shown = [part.rsplit(" ", 1) for part in line.split(": ", 1)[1].split(", ")]
+        top = row.topk(2)
+        assert [name for name, _ in shown] == [task.classes[i] for i in top.indices.tolist()], line
+        assert [float(p) for _, p in shown] == pytest.approx(top.values.tolist(), abs=5e-4 + 1e-6), (
+            f"{line!r}: not the model's top-2 softmax {top.values.tolist()}")
 
 
 def _graph_files(tmp_path):

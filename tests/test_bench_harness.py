@@ -36,10 +36,31 @@ def test_ratio_is_reference_time_over_ours_with_per_round_range() -> None:
     assert ours.rate_cell(10.0) == "10.0 (2.5-10.0)"
 
 
-def test_theoretical_peak_is_cores_times_flops_per_cycle_times_clock() -> None:
-    per_cycle, _ = harness.fp32_flops_per_cycle()
-    hz, _ = harness.clock_hz()
-    assert harness.theoretical_peak(3)[0] == pytest.approx(3 * per_cycle * hz)
+CPUS = {  # vendor, family, flags, cpuinfo MHz, cpufreq max (kHz; None: no cpufreq) -> threads, peak GFLOP/s
+    # Intel with AVX-512: 2 x 512-bit FMA = 64 FLOP/cycle; the cpufreq maximum wins over cpuinfo's MHz
+    "intel avx512": (("GenuineIntel", 6, "sse avx2 fma avx512f", "2100.000", 3_500_000), 3, 3 * 64 * 3.5),
+    # AMD Zen 3/4 (family 25) runs AVX-512 on 256-bit pipes: 32 FLOP/cycle; cpuinfo's MHz under a hypervisor
+    "zen4 avx512": (("AuthenticAMD", 25, "sse avx2 fma avx512f", "2450.000", None), 2, 2 * 32 * 2.45),
+    # Zen 5 (family 26): 512-bit pipes, 64
+    "zen5 avx512": (("AuthenticAMD", 26, "sse avx2 fma avx512f", "3000.000", None), 1, 1 * 64 * 3.0),
+    "avx2 fma": (("GenuineIntel", 6, "sse avx avx2 fma", "1000.000", 2_000_000), 4, 4 * 32 * 2.0),
+    "no fma": (("GenuineIntel", 6, "sse sse2", "2000.000", None), 1, 1 * 8 * 2.0),
+}
+
+
+@pytest.mark.parametrize("cpu", CPUS, ids=str)
+def test_theoretical_peak_of_known_cpus(cpu: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The peak of made-up /proc/cpuinfo and cpufreq files equals the hand-computed product."""
+    (vendor, family, flags, mhz, max_khz), threads, gflops = CPUS[cpu]
+    (tmp_path / "cpuinfo").write_text(f"vendor_id\t: {vendor}\ncpu family\t: {family}\nmodel name\t: Test CPU\n"
+                                      f"cpu MHz\t\t: {mhz}\nflags\t\t: {flags}\n")
+    if max_khz is not None:
+        (tmp_path / "max_freq").write_text(f"{max_khz}\n")
+    fake = {"/proc/cpuinfo": tmp_path / "cpuinfo",
+            "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq": tmp_path / "max_freq"}
+    monkeypatch.setattr(harness, "Path", lambda p, *rest: fake.get(str(p), Path(p, *rest)))
+    peak, product = harness.theoretical_peak(threads)
+    assert peak == pytest.approx(gflops * 1e9), f"{cpu}: {product}"
 
 
 def test_machine_line_names_cpu_threads_load_and_versions() -> None:

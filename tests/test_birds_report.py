@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tokformer.cli import main
 from tokformer.tasks.birds import BirdsConfig, run_experiment
-from tokformer.tasks.birds.report import FIGURES
+from tokformer.tasks.birds.data import N_CLASSES
+from tokformer.tasks.birds.experiment import RunResult, Sweep
+from tokformer.tasks.birds.models import build_model, parse_spec
+from tokformer.tasks.birds.report import FIGURES, results_table, table_rows
 
 TINY = BirdsConfig(image_size=32, n_train=64, n_test=32, second_size=48, steps=2, batch_size=16,
                    models=("local-d1", "pool-d2", "global", "transformer-l1", "transformer-local-l1", "mixer-l1",
@@ -35,3 +39,43 @@ def test_report_has_table_and_all_figures(tmp_path: Path) -> None:
 def test_cli_rejects_bad_seeds(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["birds", "--out", str(tmp_path), "--seeds", "a,b"])
     assert result.exit_code == 2 and "comma-separated integers" in result.output
+
+
+# runs.jsonl lines (one finished run each, as `run_sweep` logs them) with known per-seed accuracies
+SEED_ACCURACY = {"count": [0.5, 0.7, 0.9], "compare": [0.55, 0.6, 0.8]}
+RUNS_JSONL = "".join(
+    json.dumps({"model": "mlp", "task": task, "seed": seed, "accuracy": acc, "train_seconds": 2.0,
+                "parameters": 123, "accuracy_second": None}) + "\n"
+    for task, accs in SEED_ACCURACY.items() for seed, acc in enumerate(accs))
+
+
+def _table_cells(tmp_path: Path) -> dict[str, str]:
+    """The "counting acc" and "comparison acc" cells of the table built from :data:`RUNS_JSONL`."""
+    (tmp_path / "runs.jsonl").write_text(RUNS_JSONL)
+    results = [RunResult(**json.loads(line)) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    cfg = BirdsConfig(image_size=32, n_test=8, second_size=0, models=("mlp",), seeds=(0, 1, 2))
+    models = {("mlp", task): build_model("mlp", N_CLASSES[task], 32) for task in cfg.tasks}
+    table = results_table(table_rows(Sweep(cfg, results, models)), second_size=0)
+    header, _, row = table.splitlines()
+    assert row.startswith(f"| {parse_spec('mlp').label} |"), table
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")], strict=True))
+    return {"count": cells["counting acc"], "compare": cells["comparison acc"]}
+
+
+def test_table_shows_the_mean_over_seeds_not_the_best_seed(tmp_path: Path) -> None:
+    cells = _table_cells(tmp_path)
+    for task, accs in SEED_ACCURACY.items():
+        shown = float(cells[task].split("±")[0])
+        mean = sum(accs) / len(accs)
+        assert shown == pytest.approx(mean, abs=5e-4), (
+            f"{task}: table shows {cells[task]!r}, but the seeds {accs} have mean {mean:.3f} (best {max(accs)})")
+
+
+def test_table_shows_the_sample_std_over_seeds(tmp_path: Path) -> None:
+    cells = _table_cells(tmp_path)
+    for task, accs in SEED_ACCURACY.items():
+        shown = float(cells[task].split("±")[1])
+        mean = sum(accs) / len(accs)
+        std = (sum((a - mean) ** 2 for a in accs) / (len(accs) - 1)) ** 0.5  # ddof=1
+        assert shown == pytest.approx(std, abs=5e-4), (
+            f"{task}: table shows {cells[task]!r}, but the seeds {accs} have sample std {std:.3f} (ddof=1)")

@@ -59,6 +59,27 @@ def test_graph_baseline_is_the_majority_of_the_training_folds():
     assert task.baselines(task.eval_dataset()) == {"majority class of the training folds": {"accuracy": 0.6}}
 
 
+def test_graph_baseline_takes_its_majority_from_the_training_folds_not_the_evaluated_fold(monkeypatch):
+    """Training folds vote "a" (5 to 1), the held-out fold holds 1 "a" and 3 "b": predicting "a" scores 1/4.
+
+    Stratified folds keep every class's share within one graph of even, so no real split makes the two majorities
+    differ strictly; the fold assignment is fixed by hand instead.
+    """
+    import tokformer.tasks.graph as graph_task
+
+    labels = ["a", "a", "a", "a", "a", "b", "a", "b", "b", "b"]
+    folds = [0, 0, 0, 0, 0, 0, 1, 1, 1, 1]
+    monkeypatch.setattr(graph_task, "stratified_folds", lambda *args: folds)
+    register_graphs("test-report-graphs-skewed", [nx.cycle_graph(4 + i) for i in range(10)], labels)
+    task = GraphTask(GraphConfig(data="test-report-graphs-skewed", folds=2, fold=1))
+    held_out = task.eval_dataset()
+    assert held_out.labels == [0, 1, 1, 1]  # the hand-made split is the one used ("a" = 0, "b" = 1)
+    accuracy = task.baselines(held_out)["majority class of the training folds"]["accuracy"]
+    assert accuracy == 0.25, (
+        f"baseline accuracy {accuracy}: expected 0.25, the share of the training majority 'a' in the held-out fold "
+        f"(0.75 would mean the majority was taken from the evaluated fold)")
+
+
 def test_translate_baseline_is_copying_the_source(tmp_path):
     pairs = ["the cat sat\tthe cat sat", "a dog ran\tein Hund lief", "good morning\tgood morning",
              "red house\tdas rote Haus"]

@@ -97,6 +97,21 @@ def test_resume_after_losing_later_checkpoints_is_bitwise_exact(tmp_path):
     assert len(keys) == len(set(keys)), "steps redone after resume are logged once"
 
 
+def test_resume_with_gradient_accumulation_continues_the_data_stream_exactly(tmp_path, monkeypatch):
+    """With grad_accum=2 each step eats 2 micro-batches: a run resumed after step 2 must go on at micro-batch 4."""
+    monkeypatch.setattr("tokformer.engine.trainer.plot_metrics", lambda run_dir: None)  # most of the time, not needed
+    run = {**CUT_RUN, "steps": 4, "eval_every": 2, "eval_size": 16, "d_model": 16, "grad_accum": 2}
+    full = train("sort", run_dir=str(tmp_path / "full"), **run).run_dir
+    cut = tmp_path / "cut"
+    shutil.copytree(full, cut)
+    shutil.rmtree(step_dir(cut, 4))  # as if it had died right after step 2's checkpoint
+    assert train(resume=cut, quiet=True).step == 4
+    a, b = weights(full, 4), weights(cut, 4)
+    differ = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not differ, (f"resumed grad_accum=2 run ends with other weights than the uninterrupted one ({differ}): "
+                        "the data stream did not continue where step 2 left it")
+
+
 def test_rerunning_the_command_of_a_run_with_checkpoints_resumes_it_exactly(tmp_path):
     full, cut = cut_after_step_4(tmp_path)  # as if the job had been preempted after step 4's checkpoint
     config = json.loads((cut / "config.json").read_text())

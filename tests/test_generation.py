@@ -14,14 +14,22 @@ from tokformer.sampling import SamplingConfig, filter_logits, sample_next
 VOCAB = 50
 
 
-def tiny_lm(seed: int = 0) -> CausalLM:
+def position_sensitive_lm(seed: int, max_len: int, tied: bool = False) -> CausalLM:
+    """Token AND position vectors at std 0.3 (the 0.02 init leaves positions almost irrelevant, so a decode that
+    got positions wrong still emitted the same tokens) and by default an untied head (a random tied head mostly
+    repeats the last token whatever came before): greedy paths are diverse and depend on every position."""
     torch.manual_seed(seed)
     cfg = TransformerConfig(d_model=32, n_heads=4, n_layers=2, dropout=0.0)
-    embedder = Embedder(32, vocab_size=VOCAB, position=LearnedPositions(32, 128))
-    model = CausalLM(embedder, cfg, VOCAB).eval()
-    with torch.no_grad():  # sharper logits than the 0.02-std init, so greedy paths are not all alike
+    embedder = Embedder(32, vocab_size=VOCAB, position=LearnedPositions(32, max_len))
+    model = CausalLM(embedder, cfg, VOCAB, tie_embeddings=tied).eval()
+    with torch.no_grad():
         model.embedder.tokens.weight.normal_(std=0.3)
+        model.embedder.position.table.weight.normal_(std=0.3)
     return model
+
+
+def tiny_lm(seed: int = 0, tied: bool = False) -> CausalLM:
+    return position_sensitive_lm(seed, 128, tied)
 
 
 GREEDY = SamplingConfig(temperature=0)
@@ -36,15 +44,40 @@ def test_greedy_generation_is_identical_with_and_without_cache():
     assert len(cached[0]) == 40
 
 
-def full_forward_greedy(model: CausalLM, prompt: list[int], steps: int) -> list[int]:
-    """The textbook loop: the whole sequence through ``forward`` (every position's logits) each step."""
+def full_forward_greedy(model: CausalLM, prompt: list[int], steps: int, positions=torch.arange) -> list[int]:
+    """The textbook loop: the whole sequence through ``forward`` (every position's logits) each step.
+
+    ``positions(n)`` gives the positions of an ``n``-token sequence (``arange``: the right ones).
+    """
     ids = list(prompt)
     with torch.no_grad():
         for _ in range(steps):
             x = torch.tensor([ids])
-            batch = TokenBatch(ids=x, mask=torch.ones_like(x, dtype=torch.bool), positions=torch.arange(len(ids))[None])
+            batch = TokenBatch(ids=x, mask=torch.ones_like(x, dtype=torch.bool), positions=positions(len(ids))[None])
             ids.append(int(model(batch)[0, -1].argmax()))
     return ids[len(prompt):]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generation_gives_each_new_token_its_position(seed, use_cache):
+    """Positions decide this model's output (see the next test): cached and uncached decodes both equal the full
+    forward loop, so each new token is read at its true position (a cache that stops advancing them fails)."""
+    model, prompt = tiny_lm(seed), [1, 2, 3, 4, 5]
+    got = generate(model, *left_pad([prompt]), max_new_tokens=20, sampling=GREEDY, use_cache=use_cache)[0]
+    assert got == full_forward_greedy(model, prompt, 20), (
+        f"use_cache={use_cache}: generation differs from the full forward with positions 0..n-1")
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda n: torch.arange(n).clamp(max=4),  # every new token at the last prompt position (positions not advanced)
+    lambda n: torch.arange(n) + 1,  # everything one position late
+])
+def test_wrong_positions_change_the_greedy_output(wrong):
+    """Guard on the fixture: were positions near-irrelevant (the 0.02 init), a decode feeding wrong positions
+    would still emit the same tokens and the cache tests above would see nothing."""
+    model, prompt = tiny_lm(), [1, 2, 3, 4, 5]
+    assert full_forward_greedy(model, prompt, 20, wrong) != full_forward_greedy(model, prompt, 20)
 
 
 @pytest.mark.parametrize("steps", [COLUMN_HEAD_MIN_TOKENS - 1, COLUMN_HEAD_MIN_TOKENS + 8])
@@ -142,18 +175,33 @@ def test_sampling_config_rejects_bad_values(kwargs):
 
 
 def test_tied_embeddings_share_one_tensor():
-    model = tiny_lm()
+    model = tiny_lm(tied=True)
     assert model.head.weight.data_ptr() == model.embedder.tokens.weight.data_ptr()
 
 
 def short_context_lm(context: int, seed: int = 0) -> CausalLM:
     """A model whose learned position table ends at ``context``: it cannot read one token more."""
-    torch.manual_seed(seed)
-    cfg = TransformerConfig(d_model=32, n_heads=4, n_layers=2, dropout=0.0)
-    model = CausalLM(Embedder(32, vocab_size=VOCAB, position=LearnedPositions(32, context)), cfg, VOCAB).eval()
+    return position_sensitive_lm(seed, context)
+
+
+def documented_window_greedy(model: CausalLM, prompt: list[int], steps: int, context: int):
+    """Brute force of the documented slide: once the window holds more than ``context`` tokens it keeps its last
+    ``context // 2``; each step runs the full forward over the window from position 0.
+
+    Returns (tokens, ``[steps, V]`` logits, the window length each step read).
+    """
+    window, tokens, logits, lengths = list(prompt), [], [], []
     with torch.no_grad():
-        model.embedder.tokens.weight.normal_(std=0.3)
-    return model
+        for _ in range(steps):
+            if len(window) > context:
+                window = window[-(context // 2):]
+            lengths.append(len(window))
+            ids = torch.tensor([window])
+            logits.append(model(TokenBatch(mask=torch.ones_like(ids, dtype=torch.bool), ids=ids,
+                                           positions=torch.arange(len(window))[None]))[0, -1])
+            tokens.append(int(logits[-1].argmax()))
+            window.append(tokens[-1])
+    return tokens, torch.stack(logits), lengths
 
 
 def test_generation_slides_past_the_context_exactly_as_specified():
@@ -161,17 +209,35 @@ def test_generation_slides_past_the_context_exactly_as_specified():
     context, prompt = 16, [5, 6, 7, 8, 9, 10, 11]
     model = short_context_lm(context)
     got = generate(model, *left_pad([prompt]), max_new_tokens=60, sampling=GREEDY, context=context)[0]
-    window, expected = list(prompt), []
-    for _ in range(60):
-        if len(window) > context:
-            window = window[-(context // 2):]
-        ids = torch.tensor([window])
-        with torch.no_grad():
-            logits = model(TokenBatch(mask=torch.ones_like(ids, dtype=torch.bool), ids=ids,
-                                      positions=torch.arange(len(window))[None]))
-        expected.append(int(logits[0, -1].argmax()))
-        window.append(expected[-1])
-    assert got == expected and len(got) == 60
+    assert got == documented_window_greedy(model, prompt, 60, context)[0] and len(got) == 60
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize(("prompt_len", "steps"), [
+    (5, 4),  # the last step reads exactly `context` tokens (prompt + generated so far == context): no slide yet
+    (5, 5),  # ... and the step after holds context + 1: it slides
+    (8, 2),  # a prompt of exactly `context` tokens is read whole, then the next step slides
+])
+def test_generation_reads_the_whole_context_and_slides_only_past_it(prompt_len, steps, use_cache):
+    """At the boundary, every step's logits equal the brute-force full forward over the documented window."""
+    context = 8
+    model = short_context_lm(context, seed=2)
+    prompt = [3, 17, 29, 41, 8, 12, 36, 21][:prompt_len]
+    expected_tokens, expected_logits, lengths = documented_window_greedy(model, prompt, steps, context)
+    assert max(lengths) == context  # the boundary is reached: some step reads the whole context
+    seen = []
+    hook = model.head.register_forward_hook(lambda module, inputs, out: seen.append(out[0]))
+    try:
+        got = generate(model, *left_pad([prompt]), max_new_tokens=steps, sampling=GREEDY, context=context,
+                       use_cache=use_cache)[0]
+    finally:
+        hook.remove()
+    assert len(seen) == steps
+    for step, (ours, theirs, n) in enumerate(zip(seen, expected_logits, lengths, strict=True)):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5, msg=lambda m, step=step, n=n: (
+            f"step {step} should read the documented {n}-token window (context {context}) but its logits differ: "
+            f"slid too early or too late? {m}"))
+    assert got == expected_tokens
 
 
 def test_sliding_generation_cached_equals_uncached_and_batched_equals_alone():

@@ -44,7 +44,9 @@ def test_train_encode_decode_round_trip(trained: Path):
     assert ids == tokenizer.encode("Grüße, cat<|endoftext|>")
     from_args = runner.invoke(main, ["tokenizer", "decode", "--tokenizer", str(trained), *map(str, ids)])
     from_stdin = runner.invoke(main, ["tokenizer", "decode", "--tokenizer", str(trained)], input=encoded.output)
-    assert from_args.output == from_stdin.output == "Grüße, cat<|endoftext|>"
+    assert from_args.output == from_stdin.output == "Grüße, cat<|endoftext|>\n"  # a line, as every command prints
+    exact = runner.invoke(main, ["tokenizer", "decode", "--tokenizer", str(trained), "--no-newline", *map(str, ids)])
+    assert exact.output == "Grüße, cat<|endoftext|>"
     special = runner.invoke(
         main, ["tokenizer", "encode", "--tokenizer", str(trained), "--allow-special", "a<|endoftext|>"]
     )
@@ -105,7 +107,7 @@ def _cli(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.Complete
 def test_real_subprocess_reports_one_line_and_exit_2(tmp_path: Path, corpus: Path):
     bad = _cli("train", "--data", str(corpus), "--vocab-size", "10", "--out", str(tmp_path / "o"), cwd=tmp_path)
     assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines() == ["Error: vocab size 10 is below 256 bytes + 0 special tokens = 256"]
+    assert bad.stderr.strip().splitlines() == ["Error: vocab size 10 is below 256 bytes + 1 special tokens = 257"]
 
 
 @pytest.mark.slow
@@ -116,3 +118,16 @@ def test_real_subprocess_round_trip(tmp_path: Path, corpus: Path):
     assert train.returncode == 0, train.stderr
     encode = _cli("encode", "--tokenizer", str(out), "héllo", cwd=tmp_path)
     assert _cli("decode", "--tokenizer", str(out), cwd=tmp_path, stdin=encode.stdout).stdout == "héllo"
+
+
+def test_a_tokenizer_trained_without_special_tokens_named_has_the_one_lm_needs(tmp_path: Path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat " * 50, encoding="utf-8")
+    runner = CliRunner()
+    made = runner.invoke(main, ["tokenizer", "train", "--data", str(corpus), "--vocab-size", "280", "--out",
+                                str(tmp_path / "tok"), "-q"])
+    assert made.exit_code == 0, made.output
+    assert list(load_tokenizer(tmp_path / "tok").special_tokens) == ["<|endoftext|>"]
+    bare = runner.invoke(main, ["tokenizer", "train", "--data", str(corpus), "--vocab-size", "280", "--out",
+                                str(tmp_path / "bare"), "--no-special-tokens", "-q"])
+    assert bare.exit_code == 0 and not load_tokenizer(tmp_path / "bare").special_tokens

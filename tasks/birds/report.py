@@ -61,15 +61,16 @@ class ModelRow:
 
 
 def summarise(results: list[RunResult], name: str, task: str) -> tuple[float, float, float, float]:
-    """(mean accuracy, std accuracy, mean training seconds, mean accuracy at the second size) of
-    ``name`` on ``task`` over seeds."""
+    """(mean accuracy, sample std of the accuracy (ddof 1; 0 for one seed), mean training seconds, mean
+    accuracy at the second size) of ``name`` on ``task`` over seeds."""
     runs = [r for r in results if r.model == name and r.task == task]
     if not runs:
         return math.nan, math.nan, math.nan, math.nan
     accs = np.array([r.accuracy for r in runs])
     seconds = [r.accuracy_second for r in runs if r.accuracy_second is not None]
     second = float(np.mean(seconds)) if seconds else math.nan
-    return float(accs.mean()), float(accs.std()), float(np.mean([r.train_seconds for r in runs])), second
+    std = float(accs.std(ddof=1)) if len(accs) > 1 else 0.0
+    return float(accs.mean()), std, float(np.mean([r.train_seconds for r in runs])), second
 
 
 def table_rows(sweep: Sweep) -> list[ModelRow]:

@@ -18,7 +18,7 @@ import torch
 
 from tokformer.config import architecture_fields
 from tokformer.engine import finetune
-from tokformer.engine.progress import LOGGER
+from tokformer.engine.progress import LOGGER, configure_logging
 from tokformer.engine.report import Evaluation
 from tokformer.engine.trainer import RunResult, Trainer, evaluate_model
 from tokformer.errors import ConfigError, DataError
@@ -32,6 +32,13 @@ from tokformer.store.loader import load_model, train_config
 from tokformer.store.source import RUN, describe
 
 log = logging.getLogger(LOGGER)
+
+
+def speak(quiet: bool) -> None:
+    """From Python, say what the CLI says (run directory, resuming, early stop, warnings) on stderr,
+    unless the program has set up logging itself: then tokformer's records go to its handlers."""
+    if not logging.getLogger(LOGGER).handlers and not logging.getLogger().handlers:
+        configure_logging(quiet)
 
 
 @contextlib.contextmanager
@@ -167,7 +174,9 @@ def train(
         resume: a run directory to continue from its latest checkpoint (its saved config
             is used; ``overrides`` still apply, e.g. more ``steps``).
         overwrite: replace an existing run directory instead of refusing.
-        quiet: no progress bars.
+        quiet: no progress bars or info lines. Otherwise, unless the program has set up logging
+            itself, the info lines the CLI prints (run directory, resuming, early stop) and the
+            warnings go to stderr (:func:`speak`).
         overrides: config values by bare name (``lr=3e-4``, ``seq_len=8``) or as
             ``**{"train.lr": 3e-4}``; they win over ``config``.
 
@@ -176,6 +185,7 @@ def train(
 
     Under ``torchrun`` every process calls this; only rank 0 writes.
     """
+    speak(quiet)
     if resume is not None:
         if config is not None:
             raise ConfigError("give either a config or resume=RUN_DIR, not both")
@@ -236,6 +246,7 @@ def evaluate(path: str | os.PathLike, *, data: str | os.PathLike | None = None, 
     folder or manifest); by default the task's held-out split. Baselines fit on data are fit
     on the run's training split, which must still be readable.
     """
+    speak(quiet)
     source = describe(path)
     settings = train_config(source)
     with process_group(device) as d, _scratch(d) as scratch:

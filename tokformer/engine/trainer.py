@@ -40,7 +40,7 @@ from tokformer.engine.rng import rng_state, seed_everything, set_rng_state
 from tokformer.engine.signals import stop_on_signals
 from tokformer.engine.watch import DEFAULT_PATIENCE, Watch
 from tokformer.errors import CheckpointError, ConfigError, DataError, TrainingError
-from tokformer.runtime.config import RunConfig
+from tokformer.runtime.config import RunConfig, TrainConfig
 from tokformer.runtime.distributed import Dist, all_sum, gather
 from tokformer.runtime.task import Task
 from tokformer.store import checkpoints
@@ -108,6 +108,27 @@ def evaluate_model(
     return {**meter.reduce(d), **task.eval_end(every)}
 
 
+def budget_warnings(tc: TrainConfig, device: torch.device) -> list[str]:
+    """Settings that run but cost more than the user likely expects, said once at the start."""
+    warnings = []
+    if tc.warmup_steps >= tc.steps:
+        warnings.append(f"the budget of {tc.steps} steps ends within warmup_steps={tc.warmup_steps}: the learning "
+                        f"rate never reaches lr={tc.lr:g}; lower --warmup-steps or raise --steps")
+    if tc.precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
+        warnings.append("precision bf16 on a CPU without native bf16 instructions (no avx512_bf16 or amx_bf16): "
+                        "bf16 is emulated and typically several times slower than fp32 here; use --precision fp32")
+    return warnings
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (x86 AVX512-BF16 or AMX; ARM's bf16 extension)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True  # not Linux: no way to tell, so no warning
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16", "bf16"))
+
+
 class Trainer:
     """Trains ``task`` under ``cfg`` in ``run_dir``; ``resume`` continues from its latest checkpoint."""
 
@@ -138,6 +159,9 @@ class Trainer:
             self._info("%g epochs of %d samples in batches of %d: %d steps", tc.epochs, len(train_set),
                        tc.batch_size, tc.steps)
         watch = Watch(self._patience(eval_set))
+        if d.is_main:
+            for warning in budget_warnings(tc, d.device):
+                log.warning(warning)
         if d.is_main and not self.resume:
             task.save_assets(self.run_dir)
         # recorded in every checkpoint, so loading can refuse a tokenizer swapped in later (rank 0 saves)
@@ -167,10 +191,10 @@ class Trainer:
         if d.active and not self.model_sharded:
             model = DistributedDataParallel(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
         optimizer = build_optimizer(raw, tc)
-        step, best = 0, None
+        step, best, last_metrics = 0, None, {}
         logbook = MetricLog(self.run_dir) if d.is_main else None
         if self.resume:
-            step, best, watch = self._restore(raw, optimizer, logbook, watch)
+            step, best, watch, last_metrics = self._restore(raw, optimizer, logbook, watch)
         sampler = StepSampler(len(train_set), self.micro_batch, d.world, d.rank, tc.seed, start=step * tc.grad_accum,
                               order=functools.partial(task.epoch_order, train_set))
         if sampler.batches_per_epoch == 0:
@@ -185,7 +209,8 @@ class Trainer:
                             num_workers=tc.num_workers,
                             generator=torch.Generator().manual_seed(tc.seed))
         batches = iter(loader)
-        result = RunResult(self.run_dir, step, best=best)
+        # a resumed run that has nothing left to do still reports its last evaluation
+        result = RunResult(self.run_dir, step, best=best, metrics=dict(last_metrics))
         meter, t0, samples = MeanMeter(), time.perf_counter(), 0
         bar = progress(self.show, total=tc.steps, initial=step, desc="train", unit="step")
         model.train()
@@ -219,7 +244,7 @@ class Trainer:
                     if stop_votes > 0:
                         result.interrupted = True
                         result.signal = max(s or 0 for s in gather(stop.signum, d)) or None  # a collective
-                        self._info("stopped at step %d; resume with: tokformer train --resume %s", step, self.run_dir)
+                        self._info("stopped at step %d by a signal; checkpoint saved in %s", step, self.run_dir)
                         break
                     if watch.should_stop and step < tc.steps:  # at the last step it is the budget that ends it
                         result.stopped_early = True
@@ -338,7 +363,7 @@ class Trainer:
                 "micro_batch_size": self.micro_batch, "world": self.d.world, "seed": self.tc.seed}
 
     def _restore(self, raw: nn.Module, optimizer: torch.optim.Optimizer, logbook: MetricLog | None,
-                 watch: Watch) -> tuple[int, dict[str, Any] | None, Watch]:
+                 watch: Watch) -> tuple[int, dict[str, Any] | None, Watch, dict[str, float]]:
         """Load the latest complete checkpoint into model, optimizer and RNGs; returns its step,
         best and evaluation watch."""
         if self.d.is_main:
@@ -347,7 +372,7 @@ class Trainer:
             self._info("no checkpoint in %s yet; starting from step 0", self.run_dir)
             if logbook is not None:
                 logbook.truncate_after(0)
-            return 0, None, watch
+            return 0, None, watch, {}
         path, state = self._latest_readable(raw, optimizer)
         rngs = state["rng"]
         if len(rngs) != self.d.world:
@@ -357,7 +382,8 @@ class Trainer:
         if logbook is not None:
             logbook.truncate_after(state["step"])
         self._info("resumed from %s (step %d)", path, state["step"])
-        return state["step"], state["best"], Watch.restore(watch.patience, state.get("watch"))
+        return (state["step"], state["best"], Watch.restore(watch.patience, state.get("watch")),
+                state.get("metrics") or {})
 
     def _latest_readable(self, raw: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Path, dict[str, Any]]:
         """Load the newest checkpoint that reads cleanly into ``raw`` and ``optimizer``; a damaged or

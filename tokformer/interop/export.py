@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +38,7 @@ import torch._dynamo
 from torch import Tensor, nn
 from torch.export import Dim, ExportedProgram, ShapesCollection
 from torch.utils import _pytree as pytree
+from tqdm import tqdm
 
 from tokformer.batch import TokenBatch
 from tokformer.errors import ConfigError, UsageError
@@ -139,7 +141,7 @@ def _require(module: str) -> Any:
 
 
 def export_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, checkpoint: str = "best",
-               format: Literal["folder", "onnx"] = "folder") -> Path:
+               format: Literal["folder", "onnx"] = "folder", show_progress: bool = False) -> Path:
     """A run's checkpoint as a model folder at ``out``; with ``format="onnx"`` also ``out/model.onnx``.
     The Python form of ``tokformer export``. ``out`` must not exist (or be an empty directory); the
     folder is built under a temporary name and appears whole, ONNX file included, or not at all."""
@@ -152,9 +154,14 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, checkpoint
             _require(module)
     with hold(out, "tokformer export"):  # one writer per output folder
         check_free(out)
-        task, model = load_run(source, checkpoint)
-        with staged_folder(out) as tmp:
-            write_model_folder(task, model, tmp)
-            if format == "onnx":
-                export_onnx(model, task.export_example(), tmp / "model.onnx")
+        task, model = load_run(source, checkpoint)  # every input checked before a progress bar shows
+        stages = ["model folder", *(["ONNX (trace and write)"] * (format == "onnx"))]
+        with staged_folder(out) as tmp, tqdm(stages, disable=not show_progress, desc="export", unit="stage",
+                                             file=sys.stderr) as bar:
+            for stage in bar:
+                bar.set_postfix_str(stage)
+                if stage == "model folder":
+                    write_model_folder(task, model, tmp)
+                else:
+                    export_onnx(model, task.export_example(), tmp / "model.onnx")
     return out

@@ -40,6 +40,10 @@ def help_text(text: str, *, architecture: bool = False) -> dict[str, Any]:
     return {"help": text, ARCHITECTURE: True} if architecture else {"help": text}
 
 
+MAX_STEPS = 10**12
+MAX_EPOCHS = 10**6
+
+
 @dataclass
 class TrainConfig:
     """Engine settings shared by every task. Field help texts become the CLI's ``--help``."""
@@ -89,6 +93,10 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.epochs is not None and not (self.epochs > 0 and math.isfinite(self.epochs)):
             raise ValueError(f"epochs must be positive, got {self.epochs}")
+        # a budget no machine could finish is a typo (1e300), not a plan: refused before it sizes anything
+        if self.steps > MAX_STEPS or (self.epochs is not None and self.epochs > MAX_EPOCHS):
+            raise ValueError(f"steps must be at most 10**12 and epochs at most 10**6, got steps={self.steps:.3g}, "
+                             f"epochs={self.epochs}")
         if self.early_stop is not None and self.early_stop < 0:
             raise ValueError(f"early_stop must be >= 0 (0: off), got {self.early_stop}")
         if self.lr <= 0:
@@ -262,18 +270,15 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 def _load_yaml(text: str, path: Path) -> Any:
     """YAML without anchors and aliases: a config holds plain values, and a few nested aliases
-    expand to gigabytes (the "billion laughs"), so the first alias is refused before anything expands."""
+    expand to gigabytes (the "billion laughs"), so the text's events are read first (a stream that
+    expands nothing) and the first alias is refused before ``safe_load`` builds anything."""
     import yaml
 
-    class PlainLoader(yaml.SafeLoader):
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
-                raise ConfigError(f"config file {path}, line {event.start_mark.line + 1}: YAML aliases "
-                                  f"(*{event.anchor}) are not accepted in config files; write the values out")
-            return super().compose_node(parent, index)
-
-    return yaml.load(text, Loader=PlainLoader)  # noqa: S506 - a SafeLoader subclass
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise ConfigError(f"config file {path}, line {event.start_mark.line + 1}: YAML aliases "
+                              f"(*{event.anchor}) are not accepted in config files; write the values out")
+    return yaml.safe_load(text)
 
 
 def parse_override(text: str) -> tuple[str, str]:

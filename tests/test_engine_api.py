@@ -1,0 +1,33 @@
+"""The Python API says what the CLI says, and reports the same results resumed or not."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from tiny import TINY, TRAIN
+
+from tokformer.engine import LOGGER, train
+from tokformer.engine.api import speak
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_resuming_a_finished_run_reports_its_last_evaluation(tmp_path: Path) -> None:
+    first = train("sort", run_dir=str(tmp_path / "run"), **TINY["sort"], **TRAIN)
+    again = train("sort", run_dir=str(tmp_path / "run"), **TINY["sort"], **TRAIN)  # the same command: resumes
+    assert first.metrics and again.metrics == first.metrics and again.step == first.step
+
+
+def test_python_callers_see_the_info_lines_unless_they_set_up_logging(monkeypatch: pytest.MonkeyPatch) -> None:
+    logger, root = logging.getLogger(LOGGER), logging.getLogger()
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(root, "handlers", [])
+    speak(quiet=False)
+    assert logger.handlers and logger.level == logging.INFO  # a script without logging hears the run
+    mine = logging.StreamHandler()
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(root, "handlers", [mine])
+    speak(quiet=False)
+    assert logger.handlers == [] and root.handlers == [mine]  # a program with its own logging keeps it
