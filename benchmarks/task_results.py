@@ -69,8 +69,8 @@ def row(result: dict) -> list[str]:
         others = [f"{name}: {percent(values[key])}" for name, values in baselines.items() if key in values]
     if "beam" in result:
         beam = result["beam"]
-        headline += (f"; beam 4: exact match {beam.get('exact_match', float('nan')):.1f}%, BLEU "
-                     f"{beam.get('bleu', float('nan')):.2f}, chrF {beam.get('chrf', float('nan')):.2f}")
+        headline += (f"; `translate --eval`: exact match {percent(beam['exact_match'])} of {int(beam['sentences'])}, "
+                     f"BLEU {beam['bleu']:.2f}, chrF {beam['chrf']:.2f}")
     return [result["task"], f"`{result['command']}`", headline, "; ".join(others) or "-",
             f"{result['train_seconds']:.0f} s"]
 

@@ -491,6 +491,9 @@ def generate_text(
     stop = [stop] if isinstance(stop, str) else list(stop)
     prefix = [] if lm.bos_id is None else [lm.bos_id]
     encoded = [[*prefix, *lm.tokenizer.encode(t)] for t in texts]
+    empty = [i + 1 for i, ids in enumerate(encoded) if not ids]
+    if empty:  # nothing to continue from: this model has no start-of-text token to begin with
+        raise UsageError(f"prompt {empty[0]} is empty and this model has no bos_token to start from; give some text")
     encoded = _fit_context(encoded, lm.context_len)
     ids, mask = left_pad(encoded)
     streams = [TextStream(lm.tokenizer, stop) for _ in texts]

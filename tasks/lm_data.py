@@ -311,7 +311,11 @@ def unigram_perplexity(corpus: Corpus, vocab_size: int, targets: tuple[int, int]
     counts = np.ones(vocab_size, dtype=np.float64)
     lo, hi = corpus.split("train")
     for s in range(lo, hi, chunk):
-        counts += np.bincount(corpus.ids[s : min(s + chunk, hi)], minlength=vocab_size)
+        part = np.asarray(corpus.ids[s : min(s + chunk, hi)])
+        if part.size and int(part.max()) >= vocab_size:
+            raise DataError(f"the corpus holds token id {int(part.max())}, past the tokenizer's vocabulary of "
+                            f"{vocab_size}: its files are damaged or were made with another tokenizer")
+        counts += np.bincount(part, minlength=vocab_size)
     log_p = np.log(counts / counts.sum())
     nll, n = 0.0, 0
     lo, hi = targets

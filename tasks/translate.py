@@ -150,7 +150,8 @@ def _train_bpe(texts: list[str], c: TranslateConfig) -> BPETokenizer:
 
 @register_task("translate")
 class TranslateTask(Task):
-    """Encoder-decoder translation; eval reports token accuracy and greedy exact match."""
+    """Encoder-decoder translation; eval reports token accuracy, and exact match, BLEU and chrF of the
+    run's decoding (beam search, beam_size 4 by default)."""
 
     Config = TranslateConfig
     best_metric = "exact_match"
@@ -273,16 +274,19 @@ class TranslateTask(Task):
         return StepOutput(loss=loss, metrics={"token_accuracy": (correct.sum(), real.sum())}, count=int(real.sum()))
 
     def eval_batch(self, model: Seq2Seq, batch: TranslationBatch, output: StepOutput) -> list[tuple[list, list]]:
-        """(greedy translation, reference) ids of each pair: decoding, not teacher forcing, is what
-        translation is judged by."""
+        """(translation, reference) ids of each pair, decoded as ``translate`` decodes (the run's beam
+        size and length penalty): decoding, not teacher forcing, is what translation is judged by, and
+        one decoding everywhere gives ``evaluate`` and ``translate --eval`` the same numbers."""
         tok = self.tokenizers()[1]
-        hyps = greedy_decode(model, batch.src, tok.token_to_id(BOS), tok.token_to_id(EOS), self.config.decode_config())
+        cfg = self.config.decode_config()
+        decode = greedy_decode if cfg.beam_size == 1 else beam_search
+        hyps = decode(model, batch.src, tok.token_to_id(BOS), tok.token_to_id(EOS), cfg)
         refs = [row[row != IGNORE_INDEX][:-1].tolist() for row in batch.labels]  # drop </s>
         return list(zip(hyps, refs, strict=True))
 
     def eval_end(self, outputs: list[list[tuple[list, list]]]) -> dict[str, float]:
-        """``exact_match`` (share of greedy translations equal to the reference), corpus ``bleu``
-        (sacrebleu, 0-100, with the run's ``bleu_tokenize``) and ``chrf`` over the whole held-out set."""
+        """``exact_match`` (share of translations equal to the reference, 0-1), corpus ``bleu`` (sacrebleu,
+        0-100, with the run's ``bleu_tokenize``) and ``chrf`` (0-100) over the whole held-out set."""
         pairs = [pair for batch in outputs for pair in batch]
         if not pairs:
             return {}
@@ -291,9 +295,8 @@ class TranslateTask(Task):
         return self._pass_metrics(hyps, refs)
 
     def _pass_metrics(self, hyps: list[str], refs: list[str]) -> dict[str, float]:
-        """:func:`score` as the engine reports it: exact match as a share (the best-checkpoint metric)."""
-        scores = score(hyps, refs, self.config.bleu_tokenizer())
-        return {"exact_match": scores["exact_match"] / 100, "bleu": scores["bleu"], "chrf": scores["chrf"]}
+        """:func:`score` with the run's BLEU tokenizer."""
+        return score(hyps, refs, self.config.bleu_tokenizer())
 
     @property
     def user_data(self) -> bool:
@@ -398,28 +401,30 @@ def translate(run_dir_or_model: str | os.PathLike | Predictor, sentences: Sequen
 
 
 def score(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> dict[str, float]:
-    """Corpus BLEU (sacrebleu, with ``tokenize``), chrF (sacrebleu defaults) and exact
-    match, in percent. Word BLEU of one-word sentences is 0 even when they are right
-    (there are no 2- to 4-grams), so score compound words with ``tokenize="char"``."""
+    """Corpus BLEU (sacrebleu, with ``tokenize``) and chrF (sacrebleu defaults), both 0-100 as
+    sacrebleu reports them, and exact match, the share (0-1) of hypotheses equal to their reference.
+    Word BLEU of one-word sentences is 0 even when they are right (there are no 2- to 4-grams), so
+    score compound words with ``tokenize="char"``."""
     refs = list(references)
     exact = sum(h == r for h, r in zip(hypotheses, refs, strict=True))
     return {"bleu": sacrebleu.corpus_bleu(list(hypotheses), [refs], tokenize=tokenize).score,
             "chrf": sacrebleu.corpus_chrf(list(hypotheses), [refs]).score,
-            "exact_match": 100.0 * exact / max(1, len(refs))}
+            "exact_match": exact / max(1, len(refs))}
 
 
 def held_out_scores(run_dir_or_model: str | os.PathLike | Predictor, *, beam_size: int | None = None,
              length_penalty: float | None = None, batch_size: int = 64, checkpoint: str = "best",
-             device: str = "cpu", on_batch: Callable[[int], None] | None = None) -> dict[str, float]:
-    """BLEU, chrF and exact match (percent) of a run on its task's held-out split, decoded
-    with beam search; the Python form of ``tokformer translate RUN_DIR --eval``. BLEU uses
-    the run's ``bleu_tokenize``."""
+             device: str = "cpu", on_batch: Callable[[int], None] | None = None) -> dict[str, float | int]:
+    """BLEU and chrF (0-100) and exact match (a share, 0-1) of a run on its task's held-out split,
+    decoded as the run decodes (its beam size unless given), with ``sentences`` the count: the
+    Python form of ``tokformer translate RUN_DIR --eval``, the same numbers ``tokformer evaluate``
+    reports for the same decoding. BLEU uses the run's ``bleu_tokenize``."""
     predictor = load_translator(run_dir_or_model, checkpoint, device)
     held_out = predictor.task.pairs()[1]
     hyps = predictor([p.src for p in held_out], beam_size=beam_size, length_penalty=length_penalty,
                      batch_size=batch_size, on_batch=on_batch)
     return {**score(hyps, [p.tgt for p in held_out], predictor.task.config.bleu_tokenizer()),
-            "sentences": float(len(held_out))}
+            "sentences": len(held_out)}
 
 
 def read_sentences(path: str | os.PathLike) -> list[str]:

@@ -116,8 +116,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path, case):
 def test_runtime_failure_is_one_line_exit_1(tmp_path):
     import test_engine_train  # noqa: F401  (registers the test-explode task)
 
-    result = invoke("train", "test-explode", "--steps", "10", "--warmup-steps", "2", "--batch-size", "8", "--device", "cpu", "--quiet",
-                    "--run-dir", str(tmp_path / "r"))
+    result = invoke("train", "test-explode", "--steps", "10", "--warmup-steps", "2", "--batch-size", "8", "--device",
+                    "cpu", "--quiet", "--run-dir", str(tmp_path / "r"))
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     assert result.output.startswith("Error: loss became nan")

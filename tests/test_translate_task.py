@@ -62,19 +62,22 @@ def test_model_overfits_a_small_parallel_set(trained: Predictor) -> None:
         out = translate(trained, sources(NUMBERS), beam_size=beam)
         assert out == [german(n) for n in NUMBERS]
         assert score(out, [german(n) for n in NUMBERS], tokenize="char") == pytest.approx(
-            {"bleu": 100.0, "chrf": 100.0, "exact_match": 100.0})
+            {"bleu": 100.0, "chrf": 100.0, "exact_match": 1.0})
 
 
-def test_eval_pass_scores_greedy_translations_like_sacrebleu(trained: Predictor, tmp_path: Path) -> None:
-    """The engine's evaluation decodes in the task's eval hooks: its exact_match and BLEU equal
-    scoring the greedy translations directly (held-out numbers the model partly gets wrong)."""
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_eval_pass_scores_the_runs_decoding_like_sacrebleu(trained: Predictor, tmp_path: Path,
+                                                            beam_size: int) -> None:
+    """The engine's evaluation decodes in the task's eval hooks as ``translate`` does (the run's beam
+    size): its exact_match (a share) and BLEU equal scoring those translations directly (held-out
+    numbers the model partly gets wrong), so ``evaluate`` and ``translate --eval`` agree."""
     held_out = [4, 11, 30, 102, 333, 5000, 77]
     data = write_numbers(tmp_path / "train.tsv", NUMBERS)
     task = TranslateTask(TranslateConfig(data=str(data), eval_data=str(write_numbers(tmp_path / "e.tsv", held_out)),
-                                         bleu_tokenize="char", **TINY))
+                                         bleu_tokenize="char", **{**TINY, "beam_size": beam_size}))
     task.src_tok = task.tgt_tok = trained.task.src_tok
     metrics = evaluate_model(task, trained.model, task.eval_dataset(), local(), 3, "fp32", show=False)
-    hyps = task.predict(trained.model, sources(held_out), beam_size=1)
+    hyps = task.predict(trained.model, sources(held_out))  # the run's decoding: no override
     refs = [german(n) for n in held_out]
     assert metrics["exact_match"] == pytest.approx(sum(h == r for h, r in zip(hyps, refs, strict=True)) / len(refs))
     assert metrics["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], tokenize="char").score)
@@ -156,7 +159,8 @@ def test_default_data_is_learned_to_high_held_out_exact_match(tmp_path: Path) ->
     result = train("translate", run_dir=str(tmp_path / "run"), quiet=True)
     assert result.metrics["exact_match"] > 0.9
     scores = held_out_scores(result.run_dir)
-    assert scores["exact_match"] > 90 and scores["chrf"] > 97 and scores["sentences"] == 1000
+    assert scores["exact_match"] == result.metrics["exact_match"]  # one decoding, one definition
+    assert scores["exact_match"] > 0.9 and scores["chrf"] > 97 and scores["sentences"] == 1000
 
 
 def test_llama_style_blocks_decode_the_same_cached_and_uncached(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ from tokformer.store import checkpoints
 from tokformer.store.atomic import write_json_atomic
 from tokformer.store.budget import TRAINING_BYTES_PER_PARAMETER, check_memory, planned_size
 from tokformer.store.steps import list_checkpoints, prune, remove_partial, step_dir
-from tokformer.store.weights import check_fits
+from tokformer.store.weights import check_fits, damaged
 
 log = logging.getLogger(LOGGER)
 
@@ -404,12 +404,16 @@ class Trainer:
         checkpoints.check_tokenizer(path, self.task.tokenizer_dirs())
         saved = checkpoints.read_checkpoint(path)
         check_fits(model, saved.weights, f"checkpoint {path}", "the run's config and tokenizer")
-        if not saved.by_name and not self.model_sharded:  # as it was saved: plain load_state_dict
-            model.load_state_dict(saved.weights)
-            optimizer.load_state_dict(saved.optimizer)
-            return saved.state
-        by_name = saved.optimizer if saved.by_name else fsdp.optimizer_state_by_name(saved.optimizer, model, optimizer)
-        fsdp.load_full_state(model, optimizer, saved.weights, by_name)
+        try:  # an optimizer state of the wrong shape or types (an edited state.json) is a damaged checkpoint
+            if not saved.by_name and not self.model_sharded:  # as it was saved: plain load_state_dict
+                model.load_state_dict(saved.weights)
+                optimizer.load_state_dict(saved.optimizer)
+                return saved.state
+            by_name = (saved.optimizer if saved.by_name
+                       else fsdp.optimizer_state_by_name(saved.optimizer, model, optimizer))
+            fsdp.load_full_state(model, optimizer, saved.weights, by_name)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as e:
+            raise damaged(path / "state.json", f"its optimizer state does not fit: {e}") from None
         return saved.state
 
     def _nan_message(self, step: int, loss: float) -> str:

@@ -42,6 +42,7 @@ def help_text(text: str, *, architecture: bool = False) -> dict[str, Any]:
 
 MAX_STEPS = 10**12
 MAX_EPOCHS = 10**6
+MAX_WORKERS = 64
 
 
 @dataclass
@@ -91,6 +92,8 @@ class TrainConfig:
         for name in ("warmup_steps", "weight_decay", "grad_clip", "num_workers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.num_workers > MAX_WORKERS:  # each is a process: thousands would exhaust the machine, not help
+            raise ValueError(f"num_workers must be at most {MAX_WORKERS}, got {self.num_workers}")
         if self.epochs is not None and not (self.epochs > 0 and math.isfinite(self.epochs)):
             raise ValueError(f"epochs must be positive, got {self.epochs}")
         # a budget no machine could finish is a typo (1e300), not a plan: refused before it sizes anything

@@ -206,7 +206,7 @@ def _check_fields(manifest: dict[str, Any], file: Path) -> None:
     step, world, shards = manifest.get("step"), manifest.get("world"), manifest.get("shards")
     if not (_is_int(step) and step >= 0 and _is_int(world) and world >= 1 and isinstance(shards, dict)):
         raise damaged(file, "step, world and shards must be a step number, a process count and a name -> size map")
-    expected = [shard_name(rank, world) for rank in range(world)]
+    expected = [shard_name(rank, world) for rank in range(world)] if world == len(shards) else []
     if list(shards) != expected or not all(_is_int(size) and size >= 0 for size in shards.values()):
         raise damaged(file, f"its shards must be {', '.join(expected[:2])}{', ...' if world > 2 else ''} with sizes")
     tensors, aliases = manifest.get("tensors"), manifest.get("aliases")
@@ -278,6 +278,9 @@ def load_optimizer_state(path: Path) -> dict[str, Any]:
     """The whole optimizer state of sharded checkpoint ``path``, keyed by parameter name (the form
     :func:`tokformer.engine.fsdp.load_full_state` takes)."""
     manifest = read_manifest(path)
-    state = join_tensors(manifest[OPTIMIZER], load_tensors(path, OPTIMIZER, manifest))
-    param_groups_from_json(state["param_groups"])
+    try:
+        state = join_tensors(manifest[OPTIMIZER], load_tensors(path, OPTIMIZER, manifest))
+        param_groups_from_json(state["param_groups"])
+    except (KeyError, TypeError, AttributeError) as e:  # a layout naming tensors it lacks, or of the wrong shape
+        raise damaged(path / MANIFEST, f"its optimizer layout: {e!r}") from None
     return state
