@@ -371,7 +371,7 @@ def _train(task: str | None, config_file: str | None, sets: tuple[str, ...], res
     click.echo(f"done: {result.step} steps in {result.run_dir}{early}" + (f"; {metrics}" if metrics else ""))
 
 
-@main.command(context_settings=CONTEXT)
+@main.command("evaluate", context_settings=CONTEXT)
 @click.argument("run_dir")
 @click.option("--data", metavar="PATH", help="Evaluate on all of this data instead of the held-out split, given as "
               "the task's data option takes it (lm: text files or folder; translate: .tsv/.jsonl; classify: "
@@ -383,8 +383,8 @@ def _train(task: str | None, config_file: str | None, sets: tuple[str, ...], res
 @click.option("--json", "as_json", is_flag=True,
               help='Print one JSON object: {"data": ..., "metrics": {...}, "baselines": {BASELINE: {...}}}.')
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def evaluate(run_dir: str, data: str | None, checkpoint: str, device: str, batch_size: int | None, as_json: bool,
-             quiet: bool) -> None:
+def evaluate_command(run_dir: str, data: str | None, checkpoint: str, device: str, batch_size: int | None,
+                     as_json: bool, quiet: bool) -> None:
     """Evaluate a checkpoint of RUN_DIR, or a model folder (tokformer export), on its task's held-out split
     (or on --data): a table of each metric beside trivial baselines on the same data."""
     from tokformer.engine import api
@@ -435,7 +435,7 @@ def predict(run_dir: str, inputs: tuple[str, ...], top_k: int | None, checkpoint
 @click.option("--top-k", type=int, default=None, help="Sample among the K most likely tokens only.")
 @click.option("--top-p", type=FINITE, default=None, help="Sample within the nucleus of probability mass P only.")
 @click.option("--stop", "stops", multiple=True, metavar="TEXT", help="End a continuation at this text (repeatable).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="Sampling seed.")
 @click.option("--no-cache", is_flag=True, help="Recompute the whole sequence per token (slow; for checking).")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")

@@ -40,7 +40,16 @@ from tokformer.engine import (
 )
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead
-from tokformer.interop.timm import ViTSpec, build_vit, from_timm_state_dict, read_weights, spec_from_state_dict
+from tokformer.interop.timm import (
+    EvaSpec,
+    ViTSpec,
+    build_vit,
+    from_timm,
+    from_timm_state_dict,
+    read_weights,
+    spec_from_state_dict,
+    spec_from_timm_model,
+)
 from tokformer.losses import label_smoothing_cross_entropy
 from tokformer.metrics import topk_correct
 from tokformer.tasks import image_baselines, image_data
@@ -143,7 +152,7 @@ class ClassifyTask(Task):
         self.dist: Dist | None = None
         self.confusion: Tensor | None = None  # [C, C] counts (true, predicted) of the last evaluation pass
         self._eval_set: Dataset | None = None
-        self._vit_spec: ViTSpec | None = None  # the shape of a timm init_from model (its head: ours)
+        self._vit_spec: ViTSpec | EvaSpec | None = None  # the shape of a timm init_from model (its head: ours)
 
     # -- data --------------------------------------------------------------------------
 
@@ -243,9 +252,20 @@ class ClassifyTask(Task):
 
     def adopt_foreign(self, path: Path, config: dict[str, Any]) -> dict[str, Tensor]:
         """A timm ViT file or hub folder (``config``: its ``config.json``) -> spec, tokenizer (with the
-        model's own normalisation), and its weights under our names."""
+        model's own normalisation), and its weights under our names.
+
+        A hub folder whose ``architecture`` timm knows is built by timm itself (no download) and
+        converted by :func:`from_timm`, so every family it converts comes in, RoPE ViTs (``Eva``)
+        included; a lone weights file carries no architecture, so its shapes are read from the
+        tensors, which only the classic ViT family allows."""
         state = read_weights(path if path.is_file() else _timm_weights_file(path))
         pretrained = config.get("pretrained_cfg") or {}
+        norm = {key: pretrained[key] for key in ("mean", "std") if key in pretrained}
+        timm_model = _timm_model(path, config, state)
+        if timm_model is not None:
+            self._vit_spec = spec_from_timm_model(timm_model)
+            self.tokenizer, model = from_timm(timm_model, **norm)
+            return model.state_dict()
         overrides: dict[str, Any] = {}
         if "input_size" in pretrained:
             overrides["image_size"] = tuple(pretrained["input_size"][1:])
@@ -256,7 +276,6 @@ class ClassifyTask(Task):
         if "head.weight" not in state:  # a headless (feature) checkpoint: the head is ours anyway
             overrides["n_classes"] = 1
         spec = spec_from_state_dict(state, **overrides)
-        norm = {key: pretrained[key] for key in ("mean", "std") if key in pretrained}
         with torch.device("meta"):  # only the tokenizer is wanted now: skip allocating and initialising weights
             self.tokenizer = build_vit(spec, **norm)[0]
         self._vit_spec = spec
@@ -294,7 +313,8 @@ class ClassifyTask(Task):
         self.tokenizer.save(run_dir / TOKENIZER_DIR)
         (run_dir / CLASSES_FILE).write_text(json.dumps(self.classes, indent=1) + "\n", encoding="utf-8")
         if self._vit_spec is not None:
-            spec = {**dataclasses.asdict(self._vit_spec), "image_size": list(self._vit_spec.image_size)}
+            family = "eva" if isinstance(self._vit_spec, EvaSpec) else "vit"
+            spec = {"family": family, **dataclasses.asdict(self._vit_spec)}  # tuples become JSON lists
             (run_dir / VIT_SPEC_FILE).write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
 
     def load_assets(self, run_dir: Path) -> None:
@@ -374,13 +394,39 @@ def predict(source: str | os.PathLike | Predictor, images: Sequence[Any], *, top
     return predictor(images, top_k=top_k)
 
 
-def _read_vit_spec(file: Path) -> ViTSpec:
+def _read_vit_spec(file: Path) -> ViTSpec | EvaSpec:
     """The timm-layout architecture a run or model folder was built with (:data:`VIT_SPEC_FILE`)."""
     record = read_json_object(file)
+    family = record.pop("family", "vit")  # records made before RoPE ViTs came in have none: classic
+    spec_cls = {"vit": ViTSpec, "eva": EvaSpec}.get(family)
     try:
-        return ViTSpec(**{**record, "image_size": tuple(record["image_size"])})
+        if spec_cls is None:
+            raise ValueError(f"unknown family {family!r}")
+        return spec_cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in record.items()})
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"{file}: not a ViT architecture record ({err})") from None
+
+
+def _timm_model(path: Path, config: dict[str, Any], state: dict[str, Tensor]) -> nn.Module | None:
+    """The timm model a hub folder's ``config.json`` names, built by timm offline (random weights, then
+    ``state``); None for a lone file or an architecture name timm does not know."""
+    import timm
+
+    name = config.get("architecture")
+    if not isinstance(name, str) or not timm.is_model(name):
+        return None
+    headless = "head.weight" not in state  # a feature checkpoint: our head is trained anyway
+    try:
+        model = timm.create_model(name, pretrained=False, num_classes=1 if headless else state["head.weight"].shape[0],
+                                  **(config.get("model_args") or {}))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise ConfigError(f"init_from {path}: its weights do not fit timm's {name} "
+                          f"({str(err).splitlines()[0]})") from None
+    if unexpected or set(missing) - ({"head.weight", "head.bias"} if headless else set()):
+        raise ConfigError(f"init_from {path}: its weights do not fit timm's {name} (missing {sorted(missing)[:3]}, "
+                          f"unexpected {sorted(unexpected)[:3]})")
+    return model.eval()
 
 
 def _timm_weights_file(folder: Path) -> Path:

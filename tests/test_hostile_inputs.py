@@ -295,10 +295,34 @@ def test_weights_of_another_dtype_kind_do_not_load_as_garbage() -> None:
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_nan_weights_are_a_named_error_at_any_temperature(temperature: float) -> None:
-    logits = torch.tensor([[0.1, float("nan"), 0.3]])
-    with pytest.raises(CheckpointError, match="NaN logits"):
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_nan_or_infinite_weights_are_a_named_error_at_any_temperature(temperature: float, bad: float) -> None:
+    logits = torch.tensor([[0.1, bad, 0.3]])
+    with pytest.raises(CheckpointError, match="NaN or infinite logits"):
         sample_next(logits, SamplingConfig(temperature=temperature))
+
+
+def test_a_pipe_or_device_given_as_a_file_is_refused_not_read_forever(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", Path("/dev/zero")):
+        with pytest.raises(DataError, match="is not a regular file"):
+            files.read_bytes(path)
+    line = one_line_error(CliRunner().invoke(main, ["tokenizer", "train", "--data", "/dev/zero", "--vocab-size",
+                                                    "300", "--out", str(tmp_path / "tok")]))
+    assert "/dev/zero is not a regular file" in line
+
+
+def test_a_damaged_metrics_log_does_not_stop_a_resume(sort_run: Path, tmp_path: Path) -> None:
+    run = fresh_copy(sort_run, tmp_path)
+    with (run / "metrics.jsonl").open("ab") as log:
+        log.write(b"\x9f\xff not json\n[1, 2]\n{\"step\": \"x\"}\n")
+    result = train(resume=str(run), steps=4, quiet=True)
+    assert result.step == 4
+
+
+def test_a_sampling_seed_out_of_range_is_a_usage_error(sort_run: Path) -> None:
+    line = one_line_error(CliRunner().invoke(main, ["generate", str(sort_run), "--seed", str(2**70)]))
+    assert "--seed" in line
 
 
 # -- H17-H20: no internal error reaches the user for bad input --------------------------------

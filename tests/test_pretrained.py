@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
-from tiny import TINY, TRAIN
+from tiny import TINY, TRAIN, randomised
 
 import tokformer
 from tokformer.engine import load_run, train
@@ -243,6 +243,32 @@ def _tiny_timm(num_classes: int = 10):
 
     torch.manual_seed(0)
     return VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=num_classes)
+
+
+def test_classify_init_from_a_rope_vit_hub_folder_through_the_one_timm_entry(tmp_path: Path) -> None:
+    """A hub folder of timm's RoPE ViT (``Eva``): timm builds the named architecture offline, the one
+    ``from_timm`` entry converts it, and the run keeps its logits and rebuilds from its own files."""
+    import timm
+
+    from tokformer.interop.timm import EvaSpec, from_timm
+
+    model_args = {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 1, "num_heads": 2}
+    timm_model = randomised(timm.create_model("vit_small_patch16_rope_224", pretrained=False, num_classes=10,
+                                              **model_args))
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    save_file({k: v.contiguous() for k, v in timm_model.state_dict().items()}, hub / "model.safetensors")
+    (hub / "config.json").write_text(json.dumps({"architecture": "vit_small_patch16_rope_224", "num_classes": 10,
+                                                 "model_args": model_args}))
+    run = tmp_path / "ft"
+    train("classify", init_from=str(hub), run_dir=str(run), train_size=16, eval_size=8, batch_size=8,
+          **{**TRAIN, "steps": 1, "eval_every": 1, "lr": 1e-12, "warmup_steps": 0})
+    task, model = load_run(run)  # rebuilt from vit_spec.json: the family came along
+    assert isinstance(task._vit_spec, EvaSpec) and json.loads((run / "vit_spec.json").read_text())["family"] == "eva"
+    tokenizer, reference = from_timm(timm_model)
+    images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(model(task.tokenizer.batch(images)), reference(tokenizer.batch(images)),
+                               atol=1e-4, rtol=1e-4)
 
 
 def test_classify_init_from_a_timm_hub_folder_uses_its_preprocessing(tmp_path: Path) -> None:

@@ -41,15 +41,20 @@ def reading(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
-    """The file's bytes, or a DataError naming it."""
+    """The file's bytes, or a DataError naming it. Only regular files are read: a FIFO would block and a
+    device (``/dev/zero``) never ends."""
     with reading(path) as file:
+        if file.exists() and not file.is_file() and not file.is_dir():
+            raise DataError(f"{path} is not a regular file (a pipe, socket or device); give a file")
         return file.read_bytes()
 
 
 def read_text(path: str | os.PathLike) -> str:
-    """The file's UTF-8 text, or a DataError naming it (missing, unreadable, a directory, not UTF-8)."""
-    with reading(path) as file:
-        return file.read_bytes().decode("utf-8")
+    """The file's UTF-8 text, or a DataError naming it (missing, unreadable, a directory, not a regular
+    file, not UTF-8)."""
+    data = read_bytes(path)
+    with reading(path):  # a decoding error names the file too
+        return data.decode("utf-8")
 
 
 def loads(text: str | bytes) -> Any:

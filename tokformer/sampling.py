@@ -51,8 +51,8 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
 def sample_next(logits: Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None) -> Tensor:
     """``[B, V]`` logits -> ``[B]`` next-token ids; NaN logits (weights that hold NaN) are a one-line
     error rather than an arbitrary token or a sampler crash."""
-    if torch.isnan(logits).any():
-        raise CheckpointError("the model produced NaN logits: its weights hold NaN or infinite values "
+    if not torch.isfinite(logits).all():
+        raise CheckpointError("the model produced NaN or infinite logits: its weights hold NaN or infinite values "
                               "(a damaged or diverged checkpoint); load another one")
     if cfg.temperature == 0:
         return logits.argmax(dim=-1)

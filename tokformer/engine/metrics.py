@@ -77,16 +77,19 @@ def _tensorboard_writer(path: Path) -> Any:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The records of ``metrics.jsonl``; a line cut short by a crash is skipped."""
+    """The records of ``metrics.jsonl``; a line cut short by a crash, or damaged (not JSON, not a record
+    with a step number), is skipped: the log is a record of the run, never a reason to stop it."""
     path = run_dir / METRICS_FILE
     if not path.exists():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
         try:
-            records.append(files.loads(line))
-        except json.JSONDecodeError:
+            record = files.loads(line)
+        except ValueError:
             continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            records.append(record)
     return records
 
 
