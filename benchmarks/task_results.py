@@ -6,7 +6,7 @@ default, on its built-in data), then evaluated on its held-out split with
 baselines. translate also reports beam-4 BLEU, chrF and exact match (``tokformer translate RUN
 --eval``). Wall times are of the train command on this machine; run it alone.
 
-    python benchmarks/task_results.py                       # every task (about 10 minutes on 2 cores)
+    OMP_NUM_THREADS=1 python benchmarks/task_results.py     # every task (about 15 minutes at 1 thread)
     python benchmarks/task_results.py --tasks sort lm       # some of them
 
 Writes ``benchmarks/results/task_results.md`` (and ``.json`` beside it); every figure the
@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
 from harness import Machine, markdown_table, write_results
 
 TASKS = ("sort", "classify", "lm", "translate")
@@ -88,7 +89,7 @@ def main() -> None:
     text = (f"# Built-in tasks: held-out results beside their baselines\n\n"
             f"Each task trained with its defaults on its built-in data (`python benchmarks/task_results.py`), "
             f"then `tokformer evaluate RUN --json` on its held-out split.\n\n{table}\n\n"
-            f"{machine.line('torch default threads')}\n")
+            f"{machine.line(f'{torch.get_num_threads()} torch thread(s) per run (OMP_NUM_THREADS)')}\n")
     write_results(args.out, text)
     (Path(__file__).parent / "results" / Path(args.out).with_suffix(".json").name).write_text(
         json.dumps(results, indent=1) + "\n", encoding="utf-8")

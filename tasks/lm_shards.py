@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import ctypes
 import logging
 import multiprocessing
 import os
@@ -253,10 +254,18 @@ def _use_tokenizer(tokenizer: BPETokenizer) -> None:
     _WORKER = tokenizer
 
 
+def _die_with_parent() -> None:
+    """Linux: this worker gets SIGTERM when its parent dies (even by SIGKILL), so no orphan keeps
+    encoding, holding memory, or holding files open after the command is gone."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 def _init_worker(tokenizer: BPETokenizer) -> None:
     """A worker holds the tokenizer and leaves stopping to the parent: it ignores Ctrl-C (which reaches
     the whole process group), and SIGTERM or a lost parent ends it quietly, without a traceback."""
     _use_tokenizer(tokenizer)
+    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, which fork copied
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)

@@ -374,3 +374,47 @@ def test_stopping_data_prepare_with_workers_leaves_nothing_and_prints_no_traceba
     _, stderr = process.communicate(timeout=60)
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
     assert not out.exists() and not list(tmp_path.glob(".shards*")), list(tmp_path.iterdir())
+
+
+def test_a_config_asking_for_100000_layers_is_refused_before_anything_is_built(sort_run: Path, tmp_path: Path) -> None:
+    folder = tokformer.save_pretrained(*load_run(sort_run), tmp_path / "model")
+    config = json.loads((folder / "config.json").read_text())
+    config["task"]["n_layers"] = 100_000
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="n_layers must be at most 1024"):
+        tokformer.load_model(folder)
+
+
+def test_weights_holding_nan_are_refused_when_loaded(sort_run: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    run = fresh_copy(sort_run, tmp_path)
+    weights_file = steps.step_dir(run, 2) / "model.safetensors"
+    state = load_file(weights_file)
+    name = next(k for k, v in state.items() if v.is_floating_point())
+    state[name][0] = float("nan")
+    save_file(state, weights_file)
+    line = one_line_error(CliRunner().invoke(main, ["predict", str(run), "3 1 2 0 5 4"]), code=1)
+    assert "NaN or infinite values" in line and name in line
+
+
+def test_a_temperature_so_small_the_logits_overflow_decodes_greedily() -> None:
+    logits = torch.tensor([[1.0, 3.0, 2.0]])
+    assert sample_next(logits, SamplingConfig(temperature=1e-40)).tolist() == [1]
+
+
+def test_an_overwrite_whose_new_run_fails_before_its_first_checkpoint_gives_the_old_run_back(
+        sort_run: Path, tmp_path: Path) -> None:
+    run = fresh_copy(sort_run, tmp_path)
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(Exception, match="loss became"):
+        train("sort", run_dir=str(run), overwrite=True, **TINY["sort"],
+              **{**TRAIN, "lr": 1e30, "warmup_steps": 0, "grad_clip": 0.0})
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_options_that_init_from_replaces_are_named(sort_run: Path, tmp_path: Path, caplog) -> None:
+    with caplog.at_level("WARNING", logger="tokformer"):
+        train("sort", init_from=str(sort_run), run_dir=str(tmp_path / "ft"), **{**TINY["sort"], "d_model": 32},
+              **TRAIN)
+    assert "ignoring d_model=32 (the source has 16)" in caplog.text

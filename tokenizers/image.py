@@ -20,6 +20,7 @@ sequences are padded and masked.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -442,8 +443,11 @@ def open_image(path: str | Path) -> Image.Image:
     """Open an image file fully (so a truncated file fails here), or raise DataError naming it.
     Its size is checked from the header first: a file that would decode past
     :data:`MAX_IMAGE_PIXELS` is refused before any pixel is decoded."""
+    if Path(path).exists() and not Path(path).is_file() and not Path(path).is_dir():
+        raise DataError(f"{path} is not a regular file (a pipe, socket or device); give an image file")
     try:
-        with Image.open(path) as image:
+        with warnings.catch_warnings(), Image.open(path) as image:
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size is checked below, in one line
             width, height = image.size
             if width * height > MAX_IMAGE_PIXELS:
                 raise DataError(f"image {path} is {width} x {height} pixels, more than the {MAX_IMAGE_PIXELS:,} "

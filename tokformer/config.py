@@ -91,6 +91,10 @@ class TransformerConfig:
         for name in ("d_model", "n_heads", "n_layers"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        # a few bytes of config must not buy minutes of building: deeper stacks than any trained model are typos
+        if self.n_layers > MAX_LAYERS or self.d_model > MAX_WIDTH:
+            raise ValueError(f"n_layers must be at most {MAX_LAYERS} and d_model at most {MAX_WIDTH}, got "
+                             f"{self.n_layers} and {self.d_model}")
         if self.d_ff is not None and self.d_ff <= 0:
             raise ValueError(f"d_ff must be positive, got {self.d_ff}")
         if self.d_model % self.n_heads != 0:
@@ -146,6 +150,11 @@ class TransformerConfig:
         value = getattr(self, f"{projection}_bias")
         return self.bias if value is None else value
 
+
+#: The deepest and widest stacks a config may ask for (beyond every published model; a larger number
+#: in a config file is a typo or an attack, and even sizing such a model takes minutes).
+MAX_LAYERS = 1024
+MAX_WIDTH = 65536
 
 #: Config field metadata key marking an option that fixes a model's shape (fine-tuning copies those).
 ARCHITECTURE = "architecture"

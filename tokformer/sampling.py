@@ -56,6 +56,9 @@ def sample_next(logits: Tensor, cfg: SamplingConfig, generator: torch.Generator 
                               "(a damaged or diverged checkpoint); load another one")
     if cfg.temperature == 0:
         return logits.argmax(dim=-1)
-    logits = filter_logits(logits / cfg.temperature, cfg.top_k, cfg.top_p)
+    scaled = logits.float() / cfg.temperature
+    if not torch.isfinite(scaled).all():  # a temperature so small the logits overflow: its limit is greedy
+        return logits.argmax(dim=-1)
+    logits = filter_logits(scaled, cfg.top_k, cfg.top_p)
     probs = logits.float().softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -58,7 +58,7 @@ def _deterministic(on: bool) -> Iterator[None]:
 class RunDirPlan:
     """Rank 0's decision about the run directory, told to every rank: start a new run in
     ``path``, resume the run there, or refuse (``refusal`` says why). ``aside``: the run an
-    ``--overwrite`` renamed away, deleted once the new run is past its inputs."""
+    ``--overwrite`` renamed away, deleted once the new run has saved its first checkpoint."""
 
     path: str = ""
     resume: bool = False
@@ -73,7 +73,7 @@ def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool,
 
     The plan resumes with ``resume``, or when the directory holds checkpoints of this very config
     (a cluster requeueing the same command, see :func:`_requeue`). ``overwrite`` replaces only a
-    tokformer run, and only sets it aside until the new run is past its inputs.
+    tokformer run, and only sets it aside until the new run has saved its first checkpoint.
     """
     plan = RunDirPlan()
     if d.is_main:
@@ -146,6 +146,15 @@ def _requeue(run_dir: Path, cfg: RunConfig) -> RunDirPlan:
     return RunDirPlan(str(run_dir))
 
 
+def _warn_overridden(asked: Any, adopted: Any, overrides: Mapping[str, Any], source: str) -> None:
+    """Say which options the user gave that fine-tuning replaced with the source's (its shape wins)."""
+    given = {key.rpartition(".")[2] for key in overrides}
+    replaced = [f"{name}={getattr(asked, name)!r} (the source has {getattr(adopted, name)!r})"
+                for name in sorted(given) if hasattr(asked, name) and getattr(asked, name) != getattr(adopted, name)]
+    if replaced:
+        log.warning("init_from %s fixes the model's shape; ignoring %s", source, ", ".join(replaced))
+
+
 def _check_task_unchanged(saved: Mapping[str, Any], wanted: Mapping[str, Any], run_dir: Path) -> None:
     """A resumed run keeps its task options: they shape the model and the data, so the
     checkpoint would not fit (or would silently train on something else). Training options
@@ -206,7 +215,7 @@ def train(
         if d.is_main:
             log.info("run directory: %s", run_dir)
 
-        def inputs_accepted() -> None:  # the new run stands: the run it replaces can go
+        def first_checkpoint_saved() -> None:  # the new run stands: the run it replaces can go
             nonlocal aside
             if aside is not None:
                 runs.discard(aside)
@@ -216,15 +225,18 @@ def train(
             task = get_task(cfg.task)(cfg.task_config)
             initial = None
             if cfg.train.init_from and not resuming:  # a resumed run has its shape in config.json
+                asked = cfg.task_config
                 initial = finetune.adopt(task, cfg.train.init_from)
                 cfg.task_config = task.config
+                if d.is_main:
+                    _warn_overridden(asked, task.config, overrides, cfg.train.init_from)
             if not resuming and d.is_main:
                 cfg.train.run_dir = str(run_dir)
                 runs.save_config(run_dir, cfg.to_dict())
             elif d.is_main and cfg.to_dict() != runs.saved_config(run_dir):
                 runs.save_config(run_dir, cfg.to_dict())
             return Trainer(cfg, task, run_dir, d, resume=resuming, quiet=quiet, initial=initial,
-                           on_inputs_accepted=inputs_accepted).fit()
+                           on_first_checkpoint=first_checkpoint_saved).fit()
         except Exception:
             # A run that fails before its first checkpoint (bad data or options, or a fault) leaves no
             # half-made run directory behind, so rerunning needs no --overwrite; a run it was replacing

@@ -133,11 +133,11 @@ class Trainer:
     """Trains ``task`` under ``cfg`` in ``run_dir``; ``resume`` continues from its latest checkpoint."""
 
     def __init__(self, cfg: RunConfig, task: Task, run_dir: Path, d: Dist, *, resume: bool, quiet: bool,
-                 initial: InitialWeights | None = None, on_inputs_accepted: Callable[[], None] | None = None) -> None:
+                 initial: InitialWeights | None = None, on_first_checkpoint: Callable[[], None] | None = None) -> None:
         self.cfg, self.tc, self.task, self.run_dir, self.d = cfg, cfg.train, task, run_dir, d
         self.resume, self.show = resume, d.is_main and not quiet
         self.initial = initial  # init_from's weights (a new fine-tuning run), loaded into the built model
-        self.on_inputs_accepted = on_inputs_accepted  # called once data and model are built: the run stands
+        self.on_first_checkpoint = on_first_checkpoint  # called once the run has a checkpoint: it stands
         per_step = d.world * self.tc.grad_accum
         if self.tc.batch_size % per_step:
             raise ConfigError(
@@ -174,8 +174,6 @@ class Trainer:
             load_initial(raw, self.initial, task.fresh_on_mismatch)
             self.initial = None  # loaded once; the tensors are not needed any more
         raw = raw.to(d.device)
-        if self.on_inputs_accepted is not None:
-            self.on_inputs_accepted()
         seed_everything(tc.seed + d.rank)  # per-rank streams: each rank draws its own dropout masks
         if tc.activation_checkpointing:
             blocks = checkpoint_activations(raw)
@@ -353,6 +351,9 @@ class Trainer:
             if best is not None:
                 write_json_atomic(self.run_dir / checkpoints.BEST_FILE, best)
             prune(self.run_dir, self.tc.keep_last, {best["step"]} if best else set())
+            if self.on_first_checkpoint is not None:
+                self.on_first_checkpoint()
+                self.on_first_checkpoint = None
 
     def _data_position(self, step: int) -> dict[str, int]:
         """Where the data stream stands after ``step`` steps (resume recomputes it from the step;

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -153,6 +154,8 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, checkpoint
         for module in ("onnx", "onnxscript"):  # refuse a missing extra before any work
             _require(module)
     with hold(out, "tokformer export"):  # one writer per output folder
+        for stale in out.parent.glob(f".{out.name}.tmp-*"):  # left by an export that was killed: ours, and unused
+            shutil.rmtree(stale, ignore_errors=True)
         check_free(out)
         task, model = load_run(source, checkpoint)  # every input checked before a progress bar shows
         stages = ["model folder", *(["ONNX (trace and write)"] * (format == "onnx"))]

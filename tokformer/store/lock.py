@@ -5,7 +5,9 @@ checkpoints, and one could delete the other's directory; the same goes for two e
 two ``data prepare`` runs into one folder. Each such command holds ``PARENT/.NAME.lock``
 (a sibling, so it also guards a directory that is about to be created or replaced) with
 ``fcntl.flock``: the kernel drops it when the holder exits, however it exits, so a lock is
-never stale. The file records the holder (pid, host, command, start) for the refusal message.
+never stale (worker processes forked while it is held share it; they die with their parent,
+see ``tasks/lm_shards.py``). Unlike a POSIX record lock it also holds between two threads of
+one process. The file records the holder (pid, host, command, start) for the refusal message.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ A **run directory** is training state (``config.json``, ``checkpoints/``, ``best
 exactly. The engine decides when to make, resume or replace one; this module reads and
 writes what identifies it, and replaces one without ever losing a whole run: ``--overwrite``
 first renames the old run aside (:func:`set_aside`), and deletes it only once the new run
-has got past its inputs (:func:`discard`); a new run that fails before that gives the old
-one back (:func:`restore`), and one that was killed is sorted out on the next start
+has saved its first checkpoint (:func:`discard`); a new run that fails before that gives the
+old one back (:func:`restore`), and one that was killed is sorted out on the next start
 (:func:`recover`). Nothing that is not a run is ever removed.
 """
 
@@ -67,7 +67,7 @@ def set_aside(run_dir: Path) -> Path:
 
 
 def restore(run_dir: Path, aside: Path) -> None:
-    """Give the old run back: the new run that replaced it failed before it got past its inputs."""
+    """Give the old run back: the new run that replaced it failed before its first checkpoint."""
     if run_dir.exists():
         shutil.rmtree(run_dir)
     os.replace(aside, run_dir)

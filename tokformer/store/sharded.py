@@ -208,7 +208,8 @@ def _check_fields(manifest: dict[str, Any], file: Path) -> None:
         raise damaged(file, "step, world and shards must be a step number, a process count and a name -> size map")
     expected = [shard_name(rank, world) for rank in range(world)] if world == len(shards) else []
     if list(shards) != expected or not all(_is_int(size) and size >= 0 for size in shards.values()):
-        raise damaged(file, f"its shards must be {', '.join(expected[:2])}{', ...' if world > 2 else ''} with sizes")
+        raise damaged(file, f"its shards must be {world} files shard-00000-of-{world:05d}.safetensors, ... with "
+                            "their sizes")
     tensors, aliases = manifest.get("tensors"), manifest.get("aliases")
     if not isinstance(tensors, dict) or not isinstance(aliases, dict) or OPTIMIZER not in manifest:
         raise damaged(file, "tensors, aliases and optimizer must be present")

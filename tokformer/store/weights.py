@@ -97,6 +97,11 @@ def _kind(tensor: torch.Tensor) -> str:
 
 
 def load_fitting(model: nn.Module, state: dict[str, torch.Tensor], source: str, built_from: str) -> None:
-    """``model.load_state_dict(state)`` after :func:`check_fits`."""
+    """``model.load_state_dict(state)`` after :func:`check_fits`; weights holding NaN or infinite values
+    (a damaged or diverged file) are refused, so no command predicts or evaluates with them silently."""
     check_fits(model, state, source, built_from)
+    broken = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if broken:
+        raise CheckpointError(f"{source} holds NaN or infinite values in {', '.join(broken[:3])}"
+                              f"{' ...' if len(broken) > 3 else ''}: the weights are damaged or diverged")
     model.load_state_dict(state)
