@@ -515,7 +515,8 @@ def generate_text(
     device_ = next(lm.model.parameters()).device
     generator = torch.Generator(device=device_).manual_seed(seed)
     generate(lm.model, ids, mask, max_new_tokens=max_new_tokens, sampling=sampling, eos_id=lm.eos_id, stop=stop_fn,
-             use_cache=use_cache, generator=generator, on_token=on_token, context=lm.context_len)
+             use_cache=use_cache, generator=generator, on_token=on_token, context=lm.context_len,
+             vocab_size=lm.tokenizer.vocab_size)
     for row, stream in enumerate(streams):
         piece = stream.finish()
         if piece and on_text is not None:

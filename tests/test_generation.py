@@ -255,3 +255,18 @@ def test_sliding_generation_cached_equals_uncached_and_batched_equals_alone():
 def test_a_prompt_longer_than_the_context_is_refused_by_the_core():
     with pytest.raises(ValueError, match="longer than the context"):
         generate(short_context_lm(8), *left_pad([list(range(9))]), max_new_tokens=2, context=8)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.5])
+def test_ids_past_the_tokenizers_vocabulary_are_never_generated(temperature: float):
+    """A model with more embedding rows than its tokenizer has tokens (Hugging Face pads them): with
+    ``vocab_size`` only real ids come out, and without it the same model does emit padding ids."""
+    model = tiny_lm()
+    with torch.no_grad():
+        model.head.weight[VOCAB // 2:] += 5.0  # make the "padding" rows the likeliest
+    ids, mask = left_pad([[1, 2, 3]])
+    sampling = SamplingConfig(temperature=temperature)
+    kept = generate(model, ids, mask, max_new_tokens=30, sampling=sampling, vocab_size=VOCAB // 2,
+                    generator=torch.Generator().manual_seed(0))
+    free = generate(model, ids, mask, max_new_tokens=30, sampling=sampling, generator=torch.Generator().manual_seed(0))
+    assert max(kept[0]) < VOCAB // 2 and max(free[0]) >= VOCAB // 2

@@ -418,3 +418,16 @@ def test_options_that_init_from_replaces_are_named(sort_run: Path, tmp_path: Pat
         train("sort", init_from=str(sort_run), run_dir=str(tmp_path / "ft"), **{**TINY["sort"], "d_model": 32},
               **TRAIN)
     assert "ignoring d_model=32 (the source has 16)" in caplog.text
+
+
+@pytest.mark.parametrize("bad_id", [-3, "7", 1.5, True])
+def test_a_tokenizer_json_with_an_id_that_is_no_token_id_is_refused(tmp_path: Path, bad_id) -> None:
+    from tokformer.tokenizers.base import TokenizerError
+    from tokformer.tokenizers.bpe import BPETokenizer
+
+    BPETokenizer.train(["some text " * 20], 270, special_tokens=["<|endoftext|>"]).save_hf_json(tmp_path / "t.json")
+    document = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    document["model"]["vocab"]["%"] = bad_id
+    (tmp_path / "t.json").write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(TokenizerError, match="is not a non-negative integer"):
+        BPETokenizer.from_hf_json(tmp_path / "t.json")

@@ -101,8 +101,11 @@ def read_hf_json(path: Path) -> BPEFiles:
         if document.get("normalizer"):
             raise TokenizerError(f"{path}: normalizers are not supported")
         pattern = _pattern_of(document.get("pre_tokenizer"), path)
-        specials = {t["content"]: int(t["id"]) for t in document.get("added_tokens") or []}
-        vocab = {str_to_token(s): int(i) for s, i in model["vocab"].items() if s not in specials}
+        specials = {t["content"]: _token_id(t["id"], path) for t in document.get("added_tokens") or []}
+        vocab = {str_to_token(s): _token_id(i, path) for s, i in model["vocab"].items() if s not in specials}
+        ids = [*vocab.values(), *specials.values()]
+        if len(set(ids)) != len(ids):
+            raise TokenizerError(f"corrupt tokenizer file {path}: two tokens share an id")
         merges = [_merge_pair(m) for m in model["merges"]]
         merges_bytes = [(str_to_token(a), str_to_token(b)) for a, b in merges]
         ignore = bool(model.get("ignore_merges", False))
@@ -113,6 +116,13 @@ def read_hf_json(path: Path) -> BPEFiles:
     except (TypeError, ValueError, AttributeError) as err:
         raise TokenizerError(f"corrupt tokenizer file {path}: {err}") from None
     return BPEFiles(vocab=vocab, merges=merges_bytes, special_tokens=specials, pattern=pattern, ignore_merges=ignore)
+
+
+def _token_id(value: Any, path: Path) -> int:
+    """A token id as a file gives it: a non-negative integer (not ``"7"``, ``1.5`` or ``true``)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TokenizerError(f"corrupt tokenizer file {path}: token id {value!r} is not a non-negative integer")
+    return value
 
 
 def _merge_pair(entry: Any) -> tuple[str, str]:

@@ -53,6 +53,7 @@ def generate(
     generator: torch.Generator | None = None,
     on_token: Callable[[Tensor, Tensor], None] | None = None,
     context: int | None = None,
+    vocab_size: int | None = None,
 ) -> list[list[int]]:
     """Continue each left-padded prompt ``ids`` ``[B, T]`` (``mask`` True = real token).
 
@@ -72,6 +73,8 @@ def generate(
             past the context with a window of between ``context // 2`` and ``context``
             tokens. Every row slides on its own schedule, so a batched row still generates
             exactly what it would alone, cached or not. Prompts must fit ``context``.
+        vocab_size: only ids below it are generated: a model may have more embedding rows than its
+            tokenizer has tokens (Hugging Face models pad theirs), and the padding ids decode to nothing.
 
     Returns the new ids of each row.
     """
@@ -96,6 +99,9 @@ def generate(
             caches = model.make_caches() if use_cache else None
         batch = TokenBatch(mask=step_mask, ids=step_ids, positions=step_positions)
         logits = head(model.features(batch, caches, key_mask=key_mask)[:, -1])  # [B, V]
+        if vocab_size is not None and logits.shape[-1] > vocab_size:  # padding rows: never generated
+            logits = logits.float()
+            logits[:, vocab_size:] = -1e9  # finite, so the NaN/inf check still sees a real overflow
         next_ids = sample_next(logits, sampling, generator)  # [B]
         for row in running.nonzero().flatten().tolist():
             token = int(next_ids[row])
