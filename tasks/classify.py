@@ -142,6 +142,7 @@ class ClassifyTask(Task):
     Config = ClassifyConfig
     best_metric = "accuracy"
     fresh_on_mismatch = ("head.proj.",)  # the classifier layer: retrained for another class count
+    run_files = (CLASSES_FILE, VIT_SPEC_FILE)
     higher_is_better = True
 
     def __init__(self, config: ClassifyConfig) -> None:

@@ -165,6 +165,7 @@ class GraphTask(Task):
     """Graph classification: cross-entropy on the class logits; metric: accuracy."""
 
     Config = GraphConfig
+    run_files = (CLASSES_FILE,)
     best_metric = "accuracy"
     higher_is_better = True
 

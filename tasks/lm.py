@@ -146,6 +146,7 @@ class LMTask(Task):
     """Language modeling: BPE + decoder-only Transformer; eval loss = held-out token NLL."""
 
     Config = LMConfig
+    run_files = (CORPUS_DIR, SHARDS_RECORD)
 
     def __init__(self, config: LMConfig) -> None:
         super().__init__(config)

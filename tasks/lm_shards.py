@@ -30,6 +30,7 @@ import logging
 import multiprocessing
 import os
 import random
+import re
 import shutil
 import signal
 import threading
@@ -216,6 +217,11 @@ def _check_out(out: Path, overwrite: bool) -> None:
         raise DataError(f"{out} is a non-empty directory that holds no shards; write the shards elsewhere")
     if not overwrite:
         raise DataError(f"{out} already holds shards; pass --overwrite to replace them, or write elsewhere")
+    foreign = sorted(p.name for p in out.iterdir()
+                     if p.name not in (INDEX_FILE, TOKENIZER_DIR) and not re.fullmatch(r"shard-\d{5}\.bin", p.name))
+    if foreign:  # --overwrite replaces shards, never files someone put beside them
+        raise DataError(f"{out} also holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which "
+                        "tokformer did not write; move them out before --overwrite, or write the shards elsewhere")
 
 
 def write_shards(documents: Iterable[Sequence[int] | np.ndarray], out: str | os.PathLike, tokenizer: BPETokenizer,

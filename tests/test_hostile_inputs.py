@@ -431,3 +431,26 @@ def test_a_tokenizer_json_with_an_id_that_is_no_token_id_is_refused(tmp_path: Pa
     (tmp_path / "t.json").write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(TokenizerError, match="is not a non-negative integer"):
         BPETokenizer.from_hf_json(tmp_path / "t.json")
+
+
+def test_overwrite_refuses_a_run_directory_that_also_holds_the_users_files(sort_run: Path, tmp_path: Path) -> None:
+    run = fresh_copy(sort_run, tmp_path)
+    (run / "my_notes.txt").write_text("mine")
+    (run / "analysis").mkdir()
+    line = one_line_error(CliRunner().invoke(main, ["train", "sort", "--run-dir", str(run), "--overwrite", *SORT]))
+    assert "would delete analysis/, my_notes.txt" in line and "did not write" in line
+    assert (run / "my_notes.txt").read_text() == "mine" and steps.list_checkpoints(run) == [2]
+
+
+def test_shards_overwrite_refuses_a_folder_that_also_holds_the_users_files(tmp_path: Path) -> None:
+    from tokformer.tasks.lm_shards import prepare_lm
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("some text to tokenize " * 200)
+    out = tmp_path / "shards"
+    prepare_lm(str(corpus), out, vocab_size=280, workers=1, show_progress=False)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(DataError, match="also holds notes.txt, which tokformer did not write"):
+        prepare_lm(str(corpus), out, vocab_size=280, workers=1, overwrite=True, show_progress=False)
+    assert (out / "notes.txt").read_text() == "mine"

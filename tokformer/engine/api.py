@@ -103,8 +103,24 @@ def _plan(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> RunDi
         if not runs.is_run(run_dir):
             return RunDirPlan(refusal=f"--overwrite replaces only a tokformer run, and {run_dir} is none (it holds "
                                       f"{runs.contents(run_dir)}); choose another --run-dir")
+        foreign = runs.foreign_entries(run_dir, _task_files(run_dir, cfg))
+        if foreign:
+            return RunDirPlan(refusal=f"--overwrite would delete {', '.join(foreign[:3])}"
+                                      f"{' ...' if len(foreign) > 3 else ''} in {run_dir}, which tokformer did not "
+                                      "write; move them out of the run directory first, or choose another --run-dir")
         return RunDirPlan(str(run_dir), aside=str(runs.set_aside(run_dir)))
     return _requeue(run_dir, cfg)
+
+
+def _task_files(run_dir: Path, cfg: RunConfig) -> set[str]:
+    """What the task of the run in ``run_dir`` writes there (its tokenizer dirs and run files); the new
+    config's task when the old one cannot be resolved."""
+    try:
+        old = resolve_config(runs.saved_config(run_dir))
+        task = get_task(old.task)(old.task_config)
+    except ConfigError:
+        task = get_task(cfg.task)(cfg.task_config)
+    return {*task.tokenizer_dirs(), *type(task).run_files}
 
 
 def _requeue(run_dir: Path, cfg: RunConfig) -> RunDirPlan:

@@ -73,6 +73,9 @@ class Task:
     #: Engine settings that suit this task (``{"steps": 1500, "lr": 2e-3}``): they sit between
     #: TrainConfig's defaults and the user's config file, flags and ``-o`` (which win).
     train_defaults: ClassVar[dict[str, Any]] = {}
+    #: Names of what the task writes into a run directory besides its :meth:`tokenizer_dirs` (a packed
+    #: corpus, class names): with the engine's own files, what ``--overwrite`` may delete.
+    run_files: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Any) -> None:
         self.config = config

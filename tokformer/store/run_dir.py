@@ -48,6 +48,16 @@ def is_run(path: Path) -> bool:
     return isinstance(config, dict) and {"task", "train"} <= set(config)
 
 
+#: What the engine itself writes into a run directory (tasks add their tokenizer dirs and run_files).
+ENGINE_FILES = frozenset({CONFIG_FILE, "checkpoints", "best.json", "metrics.jsonl", "plots", "tensorboard"})
+
+
+def foreign_entries(run_dir: Path, task_files: set[str]) -> list[str]:
+    """Entries of ``run_dir`` that neither the engine nor the run's task writes: the user's own files."""
+    return sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()
+                  if p.name not in ENGINE_FILES | task_files)
+
+
 def contents(path: Path, shown: int = 3) -> str:
     """A few of the entries of directory ``path``, for a message: ``thesis.txt, notes/ (5 entries)``."""
     entries = sorted(path.iterdir())
