@@ -497,8 +497,15 @@ class ShardedCorpus:
         return lm_data.split_range(name, self.eval_start, self.index.tokens)
 
     def tokenizer(self) -> BPETokenizer:
-        """The tokenizer the ids were made with."""
-        return lm_data.load_tokenizer(self.directory / TOKENIZER_DIR)
+        """The tokenizer the ids were made with; the index's vocabulary size and end-of-text id must be its."""
+        tokenizer = lm_data.load_tokenizer(self.directory / TOKENIZER_DIR)
+        recorded = (self.index.vocab_size, self.index.eot_id)
+        actual = (tokenizer.vocab_size, tokenizer.token_to_id(lm_data.EOT))
+        if recorded != actual:
+            raise DataError(f"{self.directory / INDEX_FILE} records vocab_size {recorded[0]} and eot_id {recorded[1]}, "
+                            f"but its tokenizer has {actual[0]} and {actual[1]}: the index was edited or belongs to "
+                            "other shards; prepare the shards again")
+        return tokenizer
 
     def check_tokenizer(self, tokenizer: BPETokenizer, name: str) -> None:
         """Refuse ``tokenizer`` (called ``name`` in the error) unless it is the shards' own: the

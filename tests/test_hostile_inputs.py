@@ -454,3 +454,19 @@ def test_shards_overwrite_refuses_a_folder_that_also_holds_the_users_files(tmp_p
     with pytest.raises(DataError, match="also holds notes.txt, which tokformer did not write"):
         prepare_lm(str(corpus), out, vocab_size=280, workers=1, overwrite=True, show_progress=False)
     assert (out / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("field", ["vocab_size", "eot_id"])
+def test_a_shard_index_whose_vocabulary_is_not_its_tokenizers_is_refused(tmp_path: Path, field: str) -> None:
+    from tokformer.tasks.lm_shards import INDEX_FILE, ShardedCorpus, prepare_lm
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("some text to tokenize " * 200)
+    out = tmp_path / "shards"
+    prepare_lm(str(corpus), out, vocab_size=280, workers=1, show_progress=False)
+    index = json.loads((out / INDEX_FILE).read_text())
+    index[field] = 10 if field == "vocab_size" else 99_999
+    (out / INDEX_FILE).write_text(json.dumps(index))
+    with pytest.raises(DataError, match="records vocab_size .* and eot_id .*, but its tokenizer has"):
+        ShardedCorpus(out, 0.1).tokenizer()
