@@ -223,8 +223,10 @@ def test_a_checkpoint_of_one_process_resumes_on_two(fsdp_run, tmp_path):
     straight_losses = train_losses(fsdp_run)
     assert train_losses(run) == pytest.approx(straight_losses, abs=1e-6), "1 process, then 2, as 2 all along"
     resumed, straight = (checkpoints.load_model_state(steps.step_dir(r, STEPS)) for r in (run, fsdp_run))
-    for key in straight:
-        torch.testing.assert_close(resumed[key], straight[key], atol=1e-6, rtol=1e-5)
+    for key in straight:  # one process sums gradients in another order than two; AdamW divides each update by
+        # its gradient's running norm, so a weight whose gradient is near zero carries that rounding further (1.6e-6
+        # measured on an AMD EPYC, 1.5e-7 on the machine before): equal to 1e-5, the losses above to 1e-6
+        torch.testing.assert_close(resumed[key], straight[key], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.slow  # the fixture's torchrun job; the test itself runs in this process
