@@ -91,3 +91,12 @@ def test_export_of_a_sharded_run_writes_one_consolidated_model_file(run, tmp_pat
     assert exported.keys() == whole.keys() and all(torch.equal(exported[k], whole[k]) for k in whole)
     inputs = ["3 1 4 1 5 9", "2 7 1 8 2 8"]
     assert tokformer.load(folder)(inputs) == tokformer.load(run, checkpoint="latest")(inputs)
+
+
+def test_a_sharded_checkpoint_reads_back_with_its_path_and_a_by_name_optimizer_state(run):
+    """What the trainer's resume reads (mutation testing, benchmarks/results/mutation.md): a sharded
+    checkpoint's optimizer state is keyed by parameter name, and says so."""
+    path = steps.step_dir(run, 8)
+    saved = checkpoints.read_checkpoint(path)
+    assert saved.path == path and saved.by_name is True
+    assert set(saved.optimizer["state"]) <= set(saved.weights), "a sharded optimizer state is keyed by name"

@@ -1,0 +1,649 @@
+"""Mutation testing of the core, where a silent bug costs most (README, Contributing).
+
+Run: ``OMP_NUM_THREADS=1 python benchmarks/mutation.py [MODULE ...]`` (default: the modules of
+:data:`DEFAULT`, which fit about 90 minutes on one core; ``--all``: every module of :data:`MODULES`),
+then ``python benchmarks/mutation.py --report`` to write ``benchmarks/results/mutation.md`` from the
+results so far. ``--list`` shows the modules, their files and the test files that guard them;
+``--retest MODULE ...`` reruns only the mutants that survived the last run of those modules (after
+you added a test), and counts the ones it now kills.
+
+Why a wrapper and not a bare ``mutmut run``: mutmut 3 (configured in ``pyproject.toml``,
+``[tool.mutmut]``) imports its mutants from ``mutants/<source path>``, but ``tokenizers/`` and
+``tasks/`` install as ``tokformer.tokenizers`` and ``tokformer.tasks`` (pyproject's package-dir)
+and ``tokformer/cli.py`` is a symlink. So for each module this script stages the *installed*
+layout in ``mutants/<module>/`` (``tokformer/`` with ``tokenizers/`` and ``tasks/`` inside,
+``tests/``, ``pyproject.toml``), narrows ``[tool.mutmut]`` there to the module's files and to the
+test files that guard it, and runs ``mutmut run --max-children 1`` there. mutmut runs, for each
+mutant, only those guarding tests that call the mutated function (it records who calls what in
+one traced run first), quick tier only (``-m "not slow"``), and stops at the first failure
+(``-x``). One test file set per module keeps a mutant of ``masks.py`` from running every model
+test of the suite: the whole list fits in about 90 minutes on one core.
+
+Survivors are either killed by a new quick-tier test (``tests/test_mutation_*.py``) or listed in
+:data:`EQUIVALENT` with the reason no test can tell them apart from the original; a listed
+reason carries the mutated line, so a classification goes stale (and shows as unclassified)
+when the code under it changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import fnmatch
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    from tomllib import loads as toml_loads
+except ModuleNotFoundError:  # Python 3.10: mutmut brings `toml` there
+    from toml import loads as toml_loads
+
+from harness import RESULTS, cores, cpu_model, load_average, markdown_table, versions
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = REPO / "mutants"  # git-ignored
+REPORT = RESULTS / "mutation.md"
+
+# repo folder -> where it sits once installed (pyproject.toml, [tool.setuptools.package-dir])
+INSTALLED = {"tokenizers": "tokformer/tokenizers", "tasks": "tokformer/tasks"}
+
+# mutmut's exit-code classes (mutmut.stats.status_by_exit_code), folded into the report's columns
+KILLED, SURVIVED, NO_TESTS, TIMEOUT = "killed", "survived", "no tests", "timeout"
+
+
+@dataclass(frozen=True)
+class Module:
+    """A unit of the run: source files (repo paths), the test files that guard them (globs
+    allowed, so ``tests/test_mutation_<name>*.py`` joins once it exists) and, where only part of
+    a file is in scope, the mutmut function keys to keep (``x_func``, ``xǁClassǁmethod``; globs)."""
+
+    files: tuple[str, ...]
+    tests: tuple[str, ...]
+    functions: tuple[str, ...] = ()
+    why: str = ""
+
+
+def _m(files: str, tests: str, functions: str = "", why: str = "") -> Module:
+    return Module(tuple(files.split()), tuple(tests.split()), tuple(functions.split()), why)
+
+
+_BPE_TESTS = ("tests/test_bpe.py tests/test_bpe_fast_path.py tests/test_bpe_parity.py tests/test_bpe_pretokenize.py "
+              "tests/test_mutation_bpe*.py")
+
+MODULES: dict[str, Module] = {
+    "masks": _m("tokformer/masks.py", "tests/test_masks.py tests/test_attention.py tests/test_attn_bias.py "
+                "tests/test_mutation_masks*.py "
+                "tests/test_export.py::test_eager_all_real_mask_still_skips_the_mask_tensor"),
+    "attention": _m("tokformer/attention.py", "tests/test_attention.py tests/test_attn_bias.py "
+                    "tests/test_modern_layers.py tests/test_mutation_attention*.py"),
+    "rotary": _m("tokformer/rotary.py", "tests/test_modern_layers.py tests/test_timm_rope.py "
+                 "tests/test_mutation_rotary*.py"),
+    "kv_cache": _m("tokformer/kv_cache.py", "tests/test_attention.py tests/test_generation.py "
+                   "tests/test_modern_layers.py tests/test_mutation_kv_cache*.py"),
+    "generation": _m("tokformer/generation.py", "tests/test_generation.py tests/test_lm_generate.py "
+                     "tests/test_mutation_generation*.py"),
+    "beam_search": _m("tokformer/beam_search.py", "tests/test_seq2seq.py tests/test_translate_task.py "
+                      "tests/test_mutation_beam_search*.py"),
+    "sparse_attention": _m("tokformer/sparse_attention.py", "tests/test_sparse_attention.py "
+                           "tests/test_mutation_sparse_attention*.py"),
+    "checkpoints": _m("tokformer/store/checkpoints.py tokformer/store/steps.py tokformer/store/training_state.py",
+                      "tests/test_engine_checkpoint.py tests/test_checkpoint_faults.py "
+                      "tests/test_engine_sharded_checkpoint.py tests/test_mutation_checkpoints*.py"),
+    "trainer_resume": _m("tokformer/engine/trainer.py",
+                         "tests/test_engine_checkpoint.py tests/test_checkpoint_faults.py "
+                         "tests/test_engine_sharded_checkpoint.py tests/test_mutation_checkpoints*.py "
+                         "tests/test_mutation_trainer_resume*.py",
+                         "xǁTrainerǁ_save xǁTrainerǁ_data_position xǁTrainerǁ_restore xǁTrainerǁ_latest_readable "
+                         "xǁTrainerǁ_load_checkpoint",
+                         why="the checkpoint and resume methods of the Trainer, not its training loop"),
+    "baselines": _m("tasks/image_baselines.py tasks/lm.py tasks/lm_data.py tasks/sort.py tasks/translate.py "
+                    "tasks/graph.py tasks/classify.py",
+                    "tests/test_engine_report.py tests/test_mutation_baselines*.py",
+                    "x_topk_hits x_majority x_pixels x_logistic_regression x_unigram_perplexity xǁ*ǁbaselines",
+                    why="every task's `baselines` and the functions that compute them"),
+    **{f"bpe{part}": _m(f"tokenizers/bpe{part}.py", _BPE_TESTS) for part in ("_merge", "_train", "", "_files")},
+    "hf": _m("tokformer/interop/hf.py", "tests/test_hf_interop.py tests/test_mutation_hf*.py"),
+}
+
+INTRO = (
+    "Each mutant runs the quick-tier tests (`-m \"not slow\"`) of its module's guarding test files that call the "
+    "mutated function (mutmut traces that in one run first), fastest first, stopping at the first failure. "
+    "*killed* includes timeouts (a mutant that hangs a test is caught); *killed of non-equivalent* = killed / "
+    "(mutants - equivalent). *of which by new tests*: mutants that survived the tests as they were and that the "
+    "new quick-tier tests (`tests/test_mutation_*.py`, one in `tests/test_engine_sharded_checkpoint.py`) kill. "
+    "mutmut does not mutate `raise` lines (`do_not_mutate_patterns`): they only word an error whose condition, "
+    "on the line before, is mutated; messages elsewhere (logs, returned errors) are mutated, and tests now "
+    "check the ones that survived.")
+NOT_RUN = ("They are in the list of issue #25 but did not fit the 90 minutes of one core after the modules above "
+           "(about 2,600 mutants more: bpe.py 564, bpe_files.py 455, bpe_merge.py 147, bpe_train.py 283, hf.py "
+           "1,172; their guarding tests are the slower hypothesis and Hugging Face parity suites).")
+NOTES: dict[str, str] = {}
+FINDINGS: list[str] = []
+
+# What `python benchmarks/mutation.py` runs: the modules that fit about 90 minutes on one core (measured in
+# benchmarks/results/mutation.md). The BPE and Hugging Face modules (about 2,600 mutants more) run with --all or
+# by name.
+DEFAULT = ["masks", "attention", "rotary", "kv_cache", "generation", "beam_search", "sparse_attention", "checkpoints",
+           "trainer_resume", "baselines"]
+EXTRA = [name for name in MODULES if name not in DEFAULT]
+
+# Survivors that no test can tell apart from the original: mutant key -> (the mutated line, reason).
+_INF = "float() reads '-INF' as -inf: the same number"
+_EINOPS = "einops axis names are any identifiers: the upper-case pattern is the same rearrangement"
+_STATIC = "KVCache.static is stored but never read (tokformer, tasks): nothing behaves differently"
+_LONG = "torch infers int64 from Python ints (pad_id, token ids), and the ids tensor they land in is int64"
+_STEP_MASK = ("a decoding step's target has no padding: without key_mask, decode falls back to the step's own "
+              "all-True mask, which broadcasts over the cached keys to the same all-True padding mask")
+_STEP_BATCH_MASK = ("the step's TokenBatch mask is only checked for its shape: _step always hands decode a key_mask, "
+                    "and the embedder reads ids and positions")
+_FLOAT_ONES = ("an all-ones float key mask is a +1 bias on every kept key (the causal -inf stays): softmax is "
+               "shift-invariant, so the step's logits are the same up to rounding")
+_DEVICE = ("builds a tensor on the CPU instead of the input's device: only a second device shows it, and the "
+           "meta device cannot stand in here (nonzero() has no meta kernel); no GPU on this machine")
+_ASCII = ("json.dumps escapes every non-ASCII character by default, so state.json and best.json are ASCII: any "
+          "ASCII-compatible locale encoding reads and writes the same bytes, and codec names ignore case")
+_SHARDED = ("the branch matters only for a model sharded over 2+ processes (FSDP under torchrun): in one process "
+            "both forms of the optimizer state load alike, and the torchrun tests (test_engine_fsdp.py) run the "
+            "installed package in subprocesses, where mutmut's mutants are not imported")
+_CAPACITY = "a buffer size, not a result: capacity stays >= what is needed and growth stays geometric (amortised O(1))"
+
+EQUIVALENT: dict[str, tuple[str, str]] = {
+    # masks
+    "tokformer.masks.x_rows_with_keys__mutmut_8":
+        ('keeps = mask if mask.dtype == torch.bool else mask > float("-INF")', _INF),
+    "tokformer.masks.x_to_additive__mutmut_16":
+        ('return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-INF"))', _INF),
+    # attention
+    "tokformer.attention.xǁMultiHeadAttentionǁ_masked_sdpa__mutmut_13":
+        ("safe_mask = mask.masked_fill(~has_key, 0.0) if (mask.dtype.is_floating_point) or True else mask | ~has_key",
+         "a bool mask then keeps its key-less rows all False; torch >= 2.5's SDPA returns zeros and zero gradients "
+         "for such rows on every CPU path (math, flash, GQA, dropout, bf16, f64: checked), and the rows are zeroed "
+         "after anyway. Not checked on CUDA kernels (no GPU here)"),
+    "tokformer.attention.xǁMultiHeadAttentionǁ_masked_sdpa__mutmut_19":
+        ("safe_mask = mask.masked_fill(~has_key, 1.0) if mask.dtype.is_floating_point else mask | ~has_key",
+         "a key-less row becomes a constant row either way, softmax is shift-invariant, and the row is zeroed after"),
+    "tokformer.attention.xǁMultiHeadAttentionǁforward__mutmut_72":
+        ('out = rearrange(out, "B H N D -> B N (H D)")', _EINOPS),
+    # rotary
+    "tokformer.rotary.x__frequencies__mutmut_20":
+        ("return positions.to(None)[..., None] * inv_freq  # [..., dim/2]",
+         "positions are integer indices (1-D) or already float32 (2-D): int64 x float32 promotes to the same float32 "
+         "product, whatever the default dtype"),
+    "tokformer.rotary.xǁRotaryEmbeddingǁforward__mutmut_24":
+        ("half = self.d_head / 2",
+         "d_head is divisible by 4 here, so d_head / 2 is a whole float: arange(0, 8.0, 2, dtype=float32) / 8.0 "
+         "gives the same exponents"),
+    "tokformer.rotary.x_rotate_half__mutmut_30":
+        ('return rearrange(torch.stack((-x2, x1), dim=-2), "... S TWO H -> ... (S TWO H)")', _EINOPS),
+    "tokformer.rotary.x_rotate_pairs__mutmut_25":
+        ('return rearrange(torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1), "... H TWO -> ... (H TWO)")',
+         _EINOPS),
+    "tokformer.rotary.xǁRotaryEmbeddingǁforward__mutmut_81":
+        ('angles = rearrange(torch.cat((blocks, blocks), dim=-1), "B N S F -> B N (S F)")  # [B, N, d_head]',
+         _EINOPS),
+    # kv_cache
+    "tokformer.kv_cache.x_make_caches__mutmut_1":
+        ("def make_caches(n_layers: int, static: bool = True) -> list[KVCache]:", _STATIC),
+    "tokformer.kv_cache.x_make_caches__mutmut_2": ("return [KVCache(static=None) for _ in range(n_layers)]", _STATIC),
+    "tokformer.kv_cache.xǁKVCacheǁ__init____mutmut_1": ("def __init__(self, static: bool = True) -> None:", _STATIC),
+    "tokformer.kv_cache.xǁKVCacheǁ__init____mutmut_2": ("self.static = None", _STATIC),
+    "tokformer.kv_cache.xǁKVCacheǁ__init____mutmut_4":
+        ('self._v: Tensor | None = ""',
+         "_v is read only once _k is set, and append's _grow sets both together; reading .values of a never-filled "
+         "cache fails either way (AssertionError or TypeError)"),
+    "tokformer.kv_cache.xǁKVCacheǁ_grow__mutmut_7":
+        ("capacity = max(needed, 2 * (self._k.shape[2] if self._k is not None else 0), )", _CAPACITY),
+    "tokformer.kv_cache.xǁKVCacheǁ_grow__mutmut_9":
+        ("capacity = max(needed, 3 * (self._k.shape[2] if self._k is not None else 0), 16)", _CAPACITY),
+    "tokformer.kv_cache.xǁKVCacheǁ_grow__mutmut_14":
+        ("capacity = max(needed, 2 * (self._k.shape[2] if self._k is not None else 1), 16)", _CAPACITY),
+    "tokformer.kv_cache.xǁKVCacheǁ_grow__mutmut_15":
+        ("capacity = max(needed, 2 * (self._k.shape[2] if self._k is not None else 0), 17)", _CAPACITY),
+    "tokformer.kv_cache.xǁKVCacheǁappend__mutmut_6":
+        ("if self._k is None or self.length + n >= self._k.shape[2]:",
+         "grows one append earlier when the buffer is exactly full: " + _CAPACITY),
+    # generation
+    "tokformer.generation.x__slide_full__mutmut_1":
+        ("slid = None", "None is falsy like False, and the one caller only tests the result's truth"),
+    "tokformer.generation.x_left_pad__mutmut_12":
+        ("ids = torch.full((len(sequences), width), pad_id, dtype=None)", _LONG),
+    "tokformer.generation.x_left_pad__mutmut_15": ("ids = torch.full((len(sequences), width), pad_id, )", _LONG),
+    "tokformer.generation.x_left_pad__mutmut_25":
+        ("ids[row, width - len(seq) :] = torch.as_tensor(list(seq), dtype=None)", _LONG),
+    "tokformer.generation.x_left_pad__mutmut_27":
+        ("ids[row, width - len(seq) :] = torch.as_tensor(list(seq), )", _LONG),
+    # beam_search
+    "tokformer.beam_search.x__step__mutmut_13":
+        ("mask=torch.ones(rows, 1, dtype=torch.bool, device=None),", _STEP_BATCH_MASK),
+    "tokformer.beam_search.x__step__mutmut_17": ("mask=torch.ones(rows, 1, dtype=torch.bool, ),", _STEP_BATCH_MASK),
+    "tokformer.beam_search.x__step__mutmut_21":
+        ("positions=torch.full((rows, 1), t, dtype=None, device=last.device),", _LONG),
+    "tokformer.beam_search.x__step__mutmut_25": ("positions=torch.full((rows, 1), t, device=last.device),", _LONG),
+    "tokformer.beam_search.x__step__mutmut_28": ("key_mask = None", _STEP_MASK),
+    "tokformer.beam_search.x__step__mutmut_45":
+        ("step, memory if t == 0 else None, memory_mask, caches=caches, cross_caches=cross, key_mask=None",
+         _STEP_MASK),
+    "tokformer.beam_search.x__step__mutmut_51":
+        ("step, memory if t == 0 else None, memory_mask, caches=caches, cross_caches=cross, )", _STEP_MASK),
+    "tokformer.beam_search.x__step__mutmut_31":
+        ("key_mask = torch.ones(rows, t + 1, dtype=None, device=last.device)", _FLOAT_ONES),
+    "tokformer.beam_search.x__step__mutmut_35": ("key_mask = torch.ones(rows, t + 1, device=last.device)", _FLOAT_ONES),
+    "tokformer.beam_search.x__step__mutmut_53":
+        ("step, memory if (t == 0) or True else None, memory_mask, caches=caches, cross_caches=cross, "
+         "key_mask=key_mask",
+         "the memory is passed on every step instead of the first: filled cross-attention caches return their "
+         "keys/values and never read it (MultiHeadAttention._project)"),
+    "tokformer.beam_search.xǁDecodeConfigǁmax_lengths__mutmut_10":
+        ('cap = self.max_len if self.max_len is not None else float("INF")', _INF),
+    # sparse_attention
+    "tokformer.sparse_attention.x_sparse_attention__mutmut_27":
+        ('flat = lambda t: rearrange(t, "B H N D -> (B N) H D")  # noqa: E731', _EINOPS),
+    "tokformer.sparse_attention.x_sparse_attention__mutmut_64":
+        ('peak = logits.new_full((b * n, h), float("-INF")).scatter_reduce(0, index, logits.detach(), "amax")', _INF),
+    "tokformer.sparse_attention.x_sparse_attention__mutmut_85":
+        ("if dropout_p >= 0.0:", "F.dropout with p = 0 returns its input unchanged"),
+    "tokformer.sparse_attention.xǁSparsePatternǁto_dense__mutmut_12":
+        ('dense = self.mask.new_full((b * n, n, n_heads), float("-INF"), dtype=torch.float32)', _INF),
+    "tokformer.sparse_attention.xǁSparsePatternǁto_dense__mutmut_19":
+        ("values = self.bias.float() if self.bias is not None else dense.new_zeros(n_heads)",
+         "zeros of shape [H] broadcast over the P listed pairs exactly like zeros of shape [P, H]"),
+    # checkpoints
+    "tokformer.store.checkpoints.x_best_step__mutmut_6":
+        ('step = files.loads(file.read_text(encoding=None))["step"]', _ASCII),
+    "tokformer.store.checkpoints.x_best_step__mutmut_8":
+        ('step = files.loads(file.read_text(encoding="UTF-8"))["step"]', _ASCII),
+    "tokformer.store.checkpoints.x_check_tokenizer__mutmut_4":
+        ("saved = files.loads((path / STATE_JSON).read_text(encoding=None)).get(TOKENIZER_HASH)", _ASCII),
+    "tokformer.store.checkpoints.x_check_tokenizer__mutmut_7":
+        ('saved = files.loads((path / STATE_JSON).read_text(encoding="UTF-8")).get(TOKENIZER_HASH)', _ASCII),
+    "tokformer.store.training_state.x_load_training_state__mutmut_10":
+        ("state = join_tensors(files.loads((directory / STATE_JSON).read_text(encoding=None)), tensors)", _ASCII),
+    "tokformer.store.training_state.x_load_training_state__mutmut_13":
+        ('state = join_tensors(files.loads((directory / STATE_JSON).read_text(encoding="UTF-8")), tensors)', _ASCII),
+    "tokformer.store.training_state.x_save_training_state__mutmut_9":
+        ("(directory / STATE_JSON).write_text(json.dumps(json_state), encoding=None)", _ASCII),
+    "tokformer.store.training_state.x_save_training_state__mutmut_11":
+        ("(directory / STATE_JSON).write_text(json.dumps(json_state), )", _ASCII),
+    "tokformer.store.training_state.x_save_training_state__mutmut_15":
+        ('(directory / STATE_JSON).write_text(json.dumps(json_state), encoding="UTF-8")', _ASCII),
+}
+
+# Survivors that are real differences no quick-tier test here can see: mutant key -> (the mutated line, why).
+# They count as survivors.
+UNKILLED: dict[str, tuple[str, str]] = {
+    **{f"tokformer.engine.trainer.xǁTrainerǁ_load_checkpoint__mutmut_{n}": (line, _SHARDED) for n, line in (
+        (17, "if not saved.by_name or not self.model_sharded:  # as it was saved: plain load_state_dict"),
+        (18, "if saved.by_name and not self.model_sharded:  # as it was saved: plain load_state_dict"),
+        (19, "if not saved.by_name and self.model_sharded:  # as it was saved: plain load_state_dict"),
+        (24, "by_name = (saved.optimizer if (saved.by_name) or True"),
+        (25, "else fsdp.optimizer_state_by_name(None, model, optimizer))"),
+        (26, "else fsdp.optimizer_state_by_name(saved.optimizer, None, optimizer))"),
+        (27, "else fsdp.optimizer_state_by_name(saved.optimizer, model, None))"),
+        (28, "else fsdp.optimizer_state_by_name(model, optimizer))"),
+        (29, "else fsdp.optimizer_state_by_name(saved.optimizer, optimizer))"),
+        (30, "else fsdp.optimizer_state_by_name(saved.optimizer, model, ))"),
+    )},
+    "tokformer.sparse_attention.xǁSparsePatternǁprepend_global__mutmut_29":
+        ("slots = torch.arange(n, device=None)", _DEVICE),
+    "tokformer.sparse_attention.xǁSparsePatternǁprepend_global__mutmut_31": ("slots = torch.arange(n, )", _DEVICE),
+}
+
+
+# ----------------------------------------------------------------------------- staging
+
+
+def staged(path: str) -> str:
+    """``tokenizers/bpe.py`` -> ``tokformer/tokenizers/bpe.py`` (where it is imported from)."""
+    top, _, rest = path.partition("/")
+    return f"{INSTALLED[top]}/{rest}" if top in INSTALLED else path
+
+
+def module_name(path: str) -> str:
+    return staged(path).removesuffix(".py").replace("/", ".")
+
+
+def base_config() -> dict:
+    return toml_loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mutmut"]
+
+
+def toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML for {value!r}")
+
+
+def test_files(module: Module) -> list[str]:
+    """The module's test files (globs expanded) and single tests (``file::name``) that exist."""
+    found = set()
+    for pattern in module.tests:
+        file, sep, name = pattern.partition("::")
+        found |= {str(p.relative_to(REPO)) + sep + name for p in REPO.glob(file)}
+    return sorted(found)
+
+
+def stage(name: str, module: Module) -> Path:
+    """Copy the installed layout into ``mutants/<name>/`` and write its ``[tool.mutmut]``.
+
+    ``copy2`` keeps modification times: mutmut regenerates a file's mutants only when its source
+    is newer than them, so a retest finds the mutants (and their numbers) of the last full run."""
+    root = WORK / name
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for src, dst in [("tokformer", "tokformer"), ("tokenizers", INSTALLED["tokenizers"]),
+                     ("tasks", INSTALLED["tasks"]), ("tests", "tests")]:
+        shutil.copytree(REPO / src, root / dst, symlinks=False, ignore=ignore, dirs_exist_ok=True,
+                        copy_function=shutil.copy2)
+    settings = {k: v for k, v in base_config().items() if k not in ("only_mutate", "max_children")}
+    settings |= {
+        "source_paths": ["tokformer"],
+        "only_mutate": [staged(f) for f in module.files],
+        "pytest_add_cli_args_test_selection": test_files(module),
+        "use_git_change_detection": False,  # the staging folder sits inside this repository's git tree
+    }
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    text = re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[|\Z)", "", text)
+    text = in_process(text)
+    text += "\n[tool.mutmut]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in settings.items())
+    (root / "pyproject.toml").write_text(text, encoding="utf-8")
+    return root
+
+
+def in_process(pyproject: str) -> str:
+    """``pyproject`` with xdist's ``-n``/``--dist`` dropped from pytest's addopts: mutmut runs the tests in
+    its own process, where it records which test calls which function (its args add ``-p no:xdist``)."""
+    def drop(match: re.Match) -> str:
+        opts = re.sub(r"\s*(?:-n|--numprocesses|--dist)[= ]?\s*[^\s\"']+", "", match.group(2))
+        return match.group(1) + opts.strip() + match.group(3)
+
+    return re.sub(r"(?m)^(addopts[ \t]*=[ \t]*[\"'])(.*?)([\"'])[ \t]*$", drop, pyproject)
+
+
+def source_hash(module: Module) -> str:
+    h = hashlib.sha256()
+    for f in module.files:
+        h.update((REPO / f).read_bytes())
+    return h.hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def mutant_patterns(module: Module) -> list[str]:
+    """mutmut's name filter for a module with a function list (empty: run every mutant)."""
+    return [f"{module_name(f)}.{fn}__mutmut_*" for f in module.files for fn in module.functions]
+
+
+def in_scope(module: Module, key: str) -> bool:
+    return not module.functions or any(fnmatch.fnmatch(key, p) for p in mutant_patterns(module))
+
+
+def status_name(exit_code: int | None) -> str:
+    from mutmut.stats import status_by_exit_code
+
+    status = status_by_exit_code[exit_code]
+    if status in (KILLED, SURVIVED, NO_TESTS, TIMEOUT):
+        return status
+    return "segfault" if status == "segfault" else status  # suspicious, not checked, ...
+
+
+def read_statuses(root: Path, module: Module) -> dict[str, str]:
+    statuses = {}
+    for f in module.files:
+        meta = json.loads((root / "mutants" / (staged(f) + ".meta")).read_text(encoding="utf-8"))
+        for key, code in meta["exit_code_by_key"].items():
+            if in_scope(module, key):
+                statuses[key] = status_name(code)
+    return statuses
+
+
+def mutmut(root: Path, *args: str) -> int:
+    """Run mutmut in ``root``, its output going to ``root/mutmut.log`` as it comes (progress: tail it)."""
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    exe = Path(sys.executable).parent / "mutmut"
+    with open(root / "mutmut.log", "w", encoding="utf-8") as log:
+        return subprocess.run([str(exe), *args], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+
+
+def diffs_of(root: Path, module: Module, keys: list[str]) -> dict[str, str]:
+    """Each mutant's unified diff against the original function (what ``mutmut show`` prints)."""
+    from mutmut.configuration import reset_config
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+    from mutmut.utils.format_utils import get_module_from_key
+
+    path_of = {module_name(f): staged(f) for f in module.files}
+    cwd = os.getcwd()
+    os.chdir(root)
+    reset_config()
+    try:
+        diffs = {key: get_diff_for_mutant(key, path=path_of[get_module_from_key(key)]) for key in keys}
+    finally:
+        os.chdir(cwd)
+        reset_config()
+    return {key: "\n".join(line for line in diff.splitlines() if not line.startswith(("---", "+++"))).strip()
+            for key, diff in diffs.items()}
+
+
+def max_children() -> int:
+    return int(base_config().get("max_children", 1))
+
+
+def run_module(name: str, names: list[str] | None = None) -> dict:
+    """Run mutmut on one module (``names``: only these mutants) and save ``result.json``."""
+    module = MODULES[name]
+    if not test_files(module):  # an empty selection would make pytest run the whole suite
+        sys.exit(f"{name}: none of its test files exists ({' '.join(module.tests)})")
+    source = source_hash(module)  # of what is staged now: a neighbour may edit the files during the run
+    if not names:  # a full run starts clean: mutmut would keep the verdicts of unchanged functions, new tests or not
+        shutil.rmtree(WORK / name / "mutants", ignore_errors=True)
+    root = stage(name, module)
+    before, started, t0 = load_average(), datetime.datetime.now(datetime.UTC), time.monotonic()
+    args = ["run", "--max-children", str(max_children())] + (names or mutant_patterns(module))
+    returncode = mutmut(root, *args)
+    wall = time.monotonic() - t0
+    if returncode != 0:
+        log = (root / "mutmut.log").read_text(encoding="utf-8")
+        sys.exit(f"mutmut failed on {name} (exit {returncode}); see {root / 'mutmut.log'}:\n{log[-3000:]}")
+    statuses = read_statuses(root, module)
+    result_path = root / "result.json"
+    if names:  # a retest: merge into the last full run
+        result = json.loads(result_path.read_text(encoding="utf-8"))
+        if result["source"] != source:
+            sys.exit(f"{name}'s source changed since its last full run: run it again in full")
+        for key in names:
+            if statuses[key] == KILLED and result["status"][key] != KILLED:
+                result["killed_by_new_tests"].append(key)
+            result["status"][key] = statuses[key]
+        result["tests"] = test_files(module)
+        result["retests"].append({"mutants": len(names), "wall_s": round(wall), "load_before": before,
+                                  "load_after": load_average(), "date": f"{started:%Y-%m-%d %H:%M} UTC"})
+    else:
+        result = {"status": statuses, "killed_by_new_tests": [], "retests": [], "source": source,
+                  "wall_s": round(wall), "load_before": before, "load_after": load_average(),
+                  "date": f"{started:%Y-%m-%d %H:%M} UTC", "tests": test_files(module), "earlier": []}
+        if result_path.exists():  # a full rerun: keep what the earlier runs of this source found
+            previous = json.loads(result_path.read_text(encoding="utf-8"))
+            if previous["source"] == source:
+                new_kills = previous["killed_by_new_tests"]
+                result["killed_by_new_tests"] = [k for k in new_kills if statuses.get(k) == KILLED]
+                earlier_wall = previous["wall_s"] + sum(r["wall_s"] for r in previous["retests"])
+                first_survivors = len(new_kills) + sum(s != KILLED for s in previous["status"].values())
+                result["earlier"] = previous.get("earlier", []) + [
+                    {"date": previous["date"], "wall_s": earlier_wall, "survived_first": first_survivors}]
+    result["diffs"] = diffs_of(root, module, sorted(k for k, s in result["status"].items() if s != KILLED))
+    result_path.write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    counts = {s: list(result["status"].values()).count(s) for s in sorted(set(result["status"].values()))}
+    print(f"{name}: {counts} in {wall:.0f} s", flush=True)
+    return result
+
+
+def retest(name: str) -> dict | None:
+    result_path = WORK / name / "result.json"
+    if not result_path.exists():
+        print(f"{name}: no result yet, run it first")
+        return None
+    result = json.loads(result_path.read_text(encoding="utf-8"))
+    names = [k for k, s in result["status"].items() if s != KILLED]
+    if not names:
+        print(f"{name}: nothing survived")
+        return result
+    return run_module(name, names)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def changed_line(diff: str) -> str:
+    """The mutated line(s) of a diff, stripped: what an :data:`EQUIVALENT` entry must match."""
+    return " / ".join(line[1:].strip() for line in diff.splitlines() if line.startswith("+"))
+
+
+def classify(key: str, diff: str, table: dict[str, tuple[str, str]]) -> str | None:
+    """The reason ``table`` gives for mutant ``key``, if its line still matches the mutant's diff."""
+    entry = table.get(key)
+    if entry is None or entry[0] != changed_line(diff):
+        return None
+    return entry[1]
+
+
+def short(key: str) -> str:
+    return key.rsplit(".", 1)[-1].replace("ǁ", ".").removeprefix("x_").removeprefix("x.")
+
+
+def function_counts(keys: list[str]) -> str:
+    """``causal_mask`` x4, ``combine_masks`` x3: mutants grouped by function."""
+    counts: dict[str, int] = {}
+    for key in keys:
+        fn = short(key).rsplit("__mutmut_", 1)[0]
+        counts[fn] = counts.get(fn, 0) + 1
+    return ", ".join(f"`{fn}` x{n}" for fn, n in sorted(counts.items()))
+
+
+def module_section(name: str, module: Module, r: dict, eq: dict[str, str | None], why: dict[str, str | None]) -> str:
+    status = r["status"]
+    lines = [f"### `{name}`: {', '.join(f'`{f}`' for f in module.files)}", ""]
+    if module.why:
+        lines += [f"In scope: {module.why} ({', '.join(f'`{f}`' for f in module.functions)}).", ""]
+    lines += [f"Guarding tests: {', '.join(f'`{t}`' for t in r['tests'])}.", ""]
+    if name in NOTES:
+        lines += [NOTES[name], ""]
+    if r["killed_by_new_tests"]:
+        lines += [f"Survived the tests as they were, killed by the new ones ({len(r['killed_by_new_tests'])}): "
+                  + function_counts(r["killed_by_new_tests"]) + ".", ""]
+    for k in sorted(eq, key=lambda k: (bool(eq[k]), not why[k], k)):
+        if eq[k]:
+            what = f"equivalent: {eq[k]}"
+        elif why[k]:
+            what = f"**{status[k]}**, not equivalent: {why[k]}"
+        else:
+            what = f"**{status[k]}**, not classified yet"
+        changed = [x for x in r["diffs"][k].splitlines() if x[:1] in "+-"]
+        lines += [f"- `{short(k)}` ({what})", "", "  ```diff", *("  " + x for x in changed), "  ```", ""]
+    return "\n".join(lines)
+
+
+def report() -> str:
+    """benchmarks/results/mutation.md from the results in WORK."""
+    header = ["module", "mutants", "killed", "of which by new tests", "timeouts", "equivalent",
+              "survived, not equivalent", "killed of non-equivalent", "wall (last full run + retests)"]
+    rows, details, runs, not_run = [], [], [], []
+    total = dict.fromkeys(["n", "killed", "new", "timeout", "eq", "left", "wall"], 0)
+    for name, module in MODULES.items():
+        path = WORK / name / "result.json"
+        if not path.exists():
+            not_run.append(name)
+            continue
+        r = json.loads(path.read_text(encoding="utf-8"))
+        runs.append(r)
+        status = r["status"]
+        eq = {k: classify(k, r["diffs"].get(k, ""), EQUIVALENT) for k, s in status.items() if s != KILLED}
+        why = {k: classify(k, r["diffs"].get(k, ""), UNKILLED) for k in eq}
+        timeouts = sum(s == TIMEOUT for s in status.values())
+        row = {"n": len(status), "killed": sum(s == KILLED for s in status.values()) + timeouts,
+               "new": len(r["killed_by_new_tests"]), "timeout": timeouts, "eq": sum(bool(v) for v in eq.values()),
+               "left": sum(not eq[k] and status[k] != TIMEOUT for k in eq),
+               "wall": r["wall_s"] + sum(x["wall_s"] for x in r["retests"])}
+        for k in total:
+            total[k] += row[k]
+        counted = row["n"] - row["eq"]
+        stale = "" if r["source"] == source_hash(module) else " (source edited since)"
+        rows.append([f"`{name}`{stale}", *(str(row[k]) for k in ("n", "killed", "new", "timeout", "eq", "left")),
+                     f"{100 * row['killed'] / counted:.1f}%" if counted else "-", f"{row['wall'] / 60:.1f} min"])
+        details.append(module_section(name, module, r, eq, why))
+    counted = total["n"] - total["eq"]
+    rows.append(["**all**", *(str(total[k]) for k in ("n", "killed", "new", "timeout", "eq", "left")),
+                 f"**{100 * total['killed'] / counted:.1f}%**" if counted else "-", f"{total['wall'] / 60:.1f} min"])
+    loads = [r["load_before"] for r in runs] + [r["load_after"] for r in runs]
+    dates = sorted(r["date"] for r in runs)
+    machine = (f"Machine: {cpu_model()}, {cores()} cores, one mutant at a time (max_children = {max_children()}) "
+               f"with OMP_NUM_THREADS=1; load average {min(loads, default='-')} to {max(loads, default='-')} "
+               f"(1, 5, 15 min) before and after the modules, another engineer's test runs sharing the cores; "
+               f"{versions(['mutmut', 'torch', 'pytest', 'hypothesis'])}; runs {dates[0] if dates else '-'} "
+               f"to {dates[-1] if dates else '-'}.")
+    text = ["# Mutation testing", "", machine, "",
+            "Reproduce: `OMP_NUM_THREADS=1 python benchmarks/mutation.py` runs the default modules (the table's), "
+            "one mutant at a time; `python benchmarks/mutation.py --report` writes this file. One module: "
+            "`python benchmarks/mutation.py masks`; after adding a test, `python benchmarks/mutation.py --retest "
+            "masks` reruns that module's survivors only. The module table (files, the test files that guard them, "
+            "the classified survivors) is in `benchmarks/mutation.py`; mutmut's settings in `pyproject.toml`, "
+            "`[tool.mutmut]`.", "",
+            INTRO, "", markdown_table(header, rows), ""]
+    if not_run:
+        text += ["Not run: " + ", ".join(f"`{n}`" for n in not_run) + f". {NOT_RUN} Run them with "
+                 f"`OMP_NUM_THREADS=1 python benchmarks/mutation.py {' '.join(not_run)}`.", ""]
+    text += ["## What the runs found", "", *(f"- {f}" for f in FINDINGS), "",
+             "## Survivors, per module", "", *details]
+    return "\n".join(text).rstrip() + "\n"
+
+
+def main() -> None:
+    global WORK
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("modules", nargs="*",
+                        help=f"modules to run (default: {', '.join(DEFAULT)}; also: {', '.join(EXTRA)})")
+    parser.add_argument("--all", action="store_true", help="every module, the BPE and Hugging Face ones too")
+    parser.add_argument("--list", action="store_true", help="show the modules, their files and guarding tests")
+    parser.add_argument("--retest", action="store_true", help="rerun only the last run's survivors of MODULES")
+    parser.add_argument("--report", action="store_true", help=f"write {REPORT.relative_to(REPO)} from the results")
+    parser.add_argument("--work", type=Path, default=WORK, help="where the staged copies and results go (default: "
+                        "mutants/, git-ignored)")
+    args = parser.parse_args()
+    WORK = args.work.resolve()
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown modules {unknown}; known: {', '.join(MODULES)}")
+    if args.list:
+        for name, m in MODULES.items():
+            print(f"{name}: {' '.join(m.files)}\n    tests: {' '.join(test_files(m))}"
+                  + (f"\n    functions: {' '.join(m.functions)}" if m.functions else ""))
+        return
+    if args.report and not args.modules:
+        REPORT.write_text(report(), encoding="utf-8")
+        print(f"wrote {REPORT}")
+        return
+    if os.environ.get("OMP_NUM_THREADS") != "1":
+        print("note: running with OMP_NUM_THREADS=1 (set for mutmut's processes)", file=sys.stderr)
+    print(f"mutmut {importlib.metadata.version('mutmut')}, {max_children()} child process", flush=True)
+    for name in args.modules or (list(MODULES) if args.all else DEFAULT):
+        retest(name) if args.retest else run_module(name)
+    if args.report:
+        REPORT.write_text(report(), encoding="utf-8")
+        print(f"wrote {REPORT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The trainer's checkpoint and resume methods: what a resume says, a run that died before its first
+checkpoint, RNG states of another world size, the data position and schedule a checkpoint records
+(mutation testing, benchmarks/results/mutation.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tokformer.engine import train
+from tokformer.errors import CheckpointError
+from tokformer.store.steps import CHECKPOINTS, list_checkpoints, step_dir
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = dict(seq_len=6, train_size=64, eval_size=16, d_model=16, n_heads=2, n_layers=1, batch_size=16, grad_accum=2,
+            warmup_steps=2, log_every=1, eval_every=3, keep_last=5, device="cpu", deterministic=True)
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 6-step sort run in micro-batches of 8 (grad_accum 2), checkpoints at steps 3 and 6, every step logged."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the tests that resume it run: the summation order decides bits
+    try:
+        return train("sort", quiet=True, steps=STEPS, run_dir=str(tmp_path_factory.mktemp("runs") / "run"),
+                     **TINY).run_dir
+    finally:
+        torch.set_num_threads(threads)
+
+
+def records(run: Path, split: str) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["split"] == split]
+
+
+def state_of(run: Path, step: int) -> dict:
+    return json.loads((step_dir(run, step) / "state.json").read_text())
+
+
+def test_a_run_that_died_before_its_first_checkpoint_starts_over_and_says_so(finished: Path, tmp_path: Path,
+                                                                              caplog: pytest.LogCaptureFixture) -> None:
+    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    shutil.rmtree(run / CHECKPOINTS)  # the metrics of the lost steps are still logged
+    caplog.set_level(logging.INFO, logger="tokformer")
+    assert train(resume=run, quiet=True).step == STEPS
+    assert f"no checkpoint in {run} yet; starting from step 0" in caplog.text
+    assert [r["step"] for r in records(run, "train")] == list(range(1, STEPS + 1)), "lost steps logged twice"
+    for name, value in load_file(step_dir(finished, STEPS) / "model.safetensors").items():  # redone from step 0
+        assert torch.equal(load_file(step_dir(run, STEPS) / "model.safetensors")[name], value), name
+
+
+def test_a_resume_says_where_it_resumed_from(finished: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    shutil.rmtree(step_dir(run, STEPS))
+    caplog.set_level(logging.INFO, logger="tokformer")
+    assert train(resume=run, quiet=True).step == STEPS
+    assert f"resumed from {step_dir(run, 3)} (step 3)" in caplog.text
+    assert "not bitwise exact" not in caplog.text, "one process resumed a one-process checkpoint"
+
+
+def test_rng_states_of_another_number_of_processes_are_used_with_a_warning(finished: Path, tmp_path: Path,
+                                                                            caplog: pytest.LogCaptureFixture) -> None:
+    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    shutil.rmtree(step_dir(run, STEPS))
+    state_file = step_dir(run, 3) / "state.json"
+    state = json.loads(state_file.read_text())
+    state["rng"] = state["rng"] * 2  # as a two-process run saves it
+    state_file.write_text(json.dumps(state))
+    caplog.set_level(logging.INFO, logger="tokformer")
+    assert train(resume=run, quiet=True).step == STEPS
+    assert "checkpoint has RNG states of 2 processes, this run has 1: not bitwise exact" in caplog.text
+
+
+def test_a_checkpoint_records_the_data_position_and_the_schedule_of_its_step(finished: Path) -> None:
+    micro, per_epoch = TINY["batch_size"] // TINY["grad_accum"], TINY["train_size"] // 8
+    lr_by_step = {r["step"]: r["lr"] for r in records(finished, "train")}
+    for step in list_checkpoints(finished):
+        state = state_of(finished, step)
+        consumed = step * TINY["grad_accum"]
+        assert state["data"] == {"micro_batch": consumed, "epoch": consumed // per_epoch,
+                                 "batch_in_epoch": consumed % per_epoch, "micro_batch_size": micro, "world": 1,
+                                 "seed": state["data"]["seed"]}
+        assert state["schedule"] == {"step": step, "lr": lr_by_step[step]}, "the lr of the checkpoint's last step"
+
+
+def test_resume_checks_every_tokenizer_directory_of_the_task(tmp_path: Path) -> None:
+    """translate with separate vocabularies keeps tokenizer_src/ and tokenizer_tgt/: resume checks both (about
+    4 s, the quick tier's one run of a task with two tokenizer directories)."""
+    run = train("translate", run_dir=str(tmp_path / "run"), shared_vocab=False, share_embeddings=False,
+                vocab_size=270, encoder_layers=1, decoder_layers=1, d_model=16, n_heads=2, train_size=32, eval_size=8,
+                beam_size=1, steps=2, batch_size=8, eval_every=2, warmup_steps=1, device="cpu", quiet=True).run_dir
+    assert train(resume=run, quiet=True, steps=3).step == 3, "an untouched run must resume"
+    target = next(p for p in sorted((run / "tokenizer_tgt").rglob("*")) if p.is_file())
+    target.write_bytes(target.read_bytes() + b"\n")  # same tokens, other bytes: another file all the same
+    with pytest.raises(CheckpointError, match="another tokenizer"):
+        train(resume=run, quiet=True, steps=4)
+
+
+def test_a_resume_takes_the_newest_of_several_good_checkpoints(finished: Path, tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    assert len(list_checkpoints(run)) >= 2
+    caplog.set_level(logging.INFO, logger="tokformer")
+    assert train(resume=run, quiet=True, steps=STEPS + 1).step == STEPS + 1
+    assert f"resumed from {step_dir(run, STEPS)} (step {STEPS})" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], "no checkpoint was skipped"
+
+
+def test_a_foreign_newest_checkpoint_is_skipped_with_a_warning_naming_it_and_the_mismatch(
+        finished: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    weights_file = step_dir(run, STEPS) / "model.safetensors"
+    weights = load_file(weights_file)
+    name = sorted(k for k, v in weights.items() if v.dim() == 2)[0]
+    weights[name] = torch.zeros(weights[name].shape[0] + 1, weights[name].shape[1])  # another model's shape
+    save_file(weights, weights_file)
+    assert train(resume=run, quiet=True).step == STEPS  # from step 3, redoing 4-6
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(f"checkpoint {step_dir(run, STEPS)} does not fit the model built from the run's "
+                                  f"config and tokenizer (shape: {name} "), warnings[0]
+    assert warnings[0].endswith("; resuming from the checkpoint before it"), warnings[0]
