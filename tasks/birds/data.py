@@ -39,6 +39,9 @@ SLOT_NAMES = ("top-left", "top-right", "bottom-left", "bottom-right")
 TOP_RIGHT, BOTTOM_LEFT = 1, 2
 _SPLIT_CODES = {"train": 0, "test": 1, "sample": 2, "val": 3}  # one independent random stream each
 EXTRA_BIRDS = 0.0  # compare task: chance of a distractor bird in each of the other two slots
+Scene = Literal["pair", "twins"]
+SCENES: tuple[Scene, ...] = ("pair", "twins")
+TOP_LEFT, BOTTOM_RIGHT = 0, 3
 
 
 @dataclass(frozen=True)
@@ -156,19 +159,20 @@ def _extent(size: int) -> float:
 
 
 def generate(task: Task, n: int, seed: int, *, size: int = 64, split: str = "train",
-             extra_birds: float = EXTRA_BIRDS) -> BirdImages:
+             extra_birds: float = EXTRA_BIRDS, scene: Scene = "pair") -> BirdImages:
     """``n`` images for ``task``, a pure function of the arguments.
 
     ``split`` selects an independent random stream, so a test set made with the same
-    ``seed`` shares no image with the training set. ``extra_birds`` (compare only) is the
-    probability of a distractor bird in each of the top-left and bottom-right slots.
+    ``seed`` shares no image with the training set. ``extra_birds`` (compare, ``scene="pair"``)
+    is the probability of a distractor bird in each of the top-left and bottom-right slots;
+    ``scene="twins"`` is the layout in which only the compared pair decides (:func:`sample_layout`).
     """
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     if size < 32:
         raise ValueError(f"size must be at least 32 px, got {size}")
     rng = np.random.default_rng([seed, _SPLIT_CODES[split], TASKS.index(task)])
-    occupied, species, labels = sample_layout(task, n, rng, extra_birds)  # [n, 4] bool, [n, 4] int, [n]
+    occupied, species, labels = sample_layout(task, n, rng, extra_birds, scene)  # [n, 4] bool, [n, 4] int, [n]
     margin = _local_window(size, 1.2).shape[1] // 2 + 1  # half a window: no window leaves the canvas
     canvas = np.zeros((n, size + 2 * margin, size + 2 * margin, 3), dtype=np.float32)  # [n, H + 2m, W + 2m, 3]
     canvas[:, margin:-margin, margin:-margin] = _background(n, size, rng)
@@ -205,9 +209,18 @@ def generate(task: Task, n: int, seed: int, *, size: int = 64, split: str = "tra
     )
 
 
-def sample_layout(task: Task, n: int, rng: np.random.Generator,
-                  extra_birds: float = EXTRA_BIRDS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Which slots hold a bird ``[n, 4]``, each slot's species ``[n, 4]``, and balanced labels ``[n]``."""
+def sample_layout(task: Task, n: int, rng: np.random.Generator, extra_birds: float = EXTRA_BIRDS,
+                  scene: Scene = "pair") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which slots hold a bird ``[n, 4]``, each slot's species ``[n, 4]``, and balanced labels ``[n]``.
+
+    Comparison scenes: ``pair``, the top-right and bottom-left birds plus ``extra_birds``
+    distractors of any species. ``twins``: a bird in every quadrant, three species, one of
+    them twice, on a diagonal: on the top-right/bottom-left one ("same", label 1) or on the
+    other ("different"). So every image holds the same multiset of species counts (2, 1, 1),
+    no single bird says anything, and every pair of neighbouring quadrants holds two species:
+    only relating the birds of a diagonal answers (``tasks/birds/design.py`` computes what each
+    partial view can know, exactly).
+    """
     species = rng.integers(0, N_SPECIES, size=(n, 4))
     if task == "count":
         labels = rng.permutation(np.arange(n) % 4)  # exactly balanced: count - 1
@@ -215,11 +228,25 @@ def sample_layout(task: Task, n: int, rng: np.random.Generator,
         occupied = ranks < (labels + 1)[:, None]
         return occupied, species, labels.astype(np.int64)
     labels = rng.permutation(np.arange(n) % 2)  # 1 = same species
+    if scene == "twins":
+        twin, first, second = _three_species(n, rng)  # [n] each, all distinct
+        same = labels == 1
+        species[:, TOP_RIGHT] = np.where(same, twin, first)
+        species[:, BOTTOM_LEFT] = np.where(same, twin, second)
+        species[:, TOP_LEFT] = np.where(same, first, twin)
+        species[:, BOTTOM_RIGHT] = np.where(same, second, twin)
+        return np.ones((n, 4), dtype=bool), species, labels.astype(np.int64)
     occupied = rng.random((n, 4)) < extra_birds
     occupied[:, [TOP_RIGHT, BOTTOM_LEFT]] = True
     other = (species[:, TOP_RIGHT] + rng.integers(1, N_SPECIES, size=n)) % N_SPECIES  # uniform over the others
     species[:, BOTTOM_LEFT] = np.where(labels == 1, species[:, TOP_RIGHT], other)
     return occupied, species, labels.astype(np.int64)
+
+
+def _three_species(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Three distinct species per image ``[n]`` each, uniform over ordered triples."""
+    order = np.argsort(rng.random((n, N_SPECIES)), axis=1)  # a random permutation per image
+    return order[:, 0], order[:, 1], order[:, 2]
 
 
 def _slot_centres(size: int) -> np.ndarray:
