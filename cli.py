@@ -178,11 +178,14 @@ def config_flags(cls: type, section: str, defaults: dict[str, Any], taken: set[s
     (a task option named like a train option) is spelled ``--SECTION-NAME`` instead, so that
     a train flag means the same for every task. ``taken`` grows by the flags made.
     """
+    from tokformer.config import ARCHITECTURE, BlockOptions
     from tokformer.runtime.config import config_fields, field_default
 
     hints = typing.get_type_hints(cls)
     options = []
-    for fld in config_fields(cls).values():
+    shared = set(config_fields(BlockOptions)) if issubclass(cls, BlockOptions) else set()
+    # the task's own options first (sizes, data), then the block switches every task shares
+    for fld in sorted(config_fields(cls).values(), key=lambda f: f.name in shared):
         kebab = fld.name.replace("_", "-")
         is_flag = hints[fld.name] is bool
         if taken & _spellings(kebab, is_flag):
@@ -192,10 +195,11 @@ def config_flags(cls: type, section: str, defaults: dict[str, Any], taken: set[s
         help_ = f"{fld.metadata.get('help', '')}  [default: {_shown(default)}]"
         name = f"{section}__{fld.name}"
         if is_flag:
-            options.append(click.Option([f"--{kebab}/--no-{kebab}", name], default=None, help=help_))
+            option = click.Option([f"--{kebab}/--no-{kebab}", name], default=None, help=help_)
         else:
-            options.append(click.Option([f"--{kebab}", name], default=None, metavar=_metavar(hints[fld.name]),
-                                        help=help_))
+            option = click.Option([f"--{kebab}", name], default=None, metavar=_metavar(hints[fld.name]), help=help_)
+        option.help_group = "model" if fld.metadata.get(ARCHITECTURE) else section  # --help's sections
+        options.append(option)
     return options
 
 
@@ -206,13 +210,13 @@ def _option_names(params: list[click.Parameter]) -> set[str]:
 def _format_sections(command: click.Command, ctx: click.Context, formatter: click.HelpFormatter,
                      task: str | None = None) -> None:
     """--help of `tokformer train [TASK]`: the task's options, then the train options, then the rest."""
-    sections: dict[str, list[tuple[str, str]]] = {"task": [], "train": [], "": []}
+    sections: dict[str, list[tuple[str, str]]] = {"task": [], "model": [], "train": [], "": []}
     for param in command.get_params(ctx):
         record = param.get_help_record(ctx) if isinstance(param, click.Option) else None
         if record is not None:
-            section, sep, _ = (param.name or "").partition("__")
-            sections[section if sep else ""].append(record)
-    titles = {"task": f"Task options ({task})", "train": "Train options", "": "Options"}
+            sections[getattr(param, "help_group", "")].append(record)
+    titles = {"task": f"Data and task options ({task})", "model": f"Model options ({task}; fixed by --init-from)",
+              "train": "Train options", "": "Options"}
     for section, records in sections.items():
         if records:
             with formatter.section(titles[section]):

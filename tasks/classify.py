@@ -21,7 +21,6 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 from torch.utils.data import Dataset
-from torchvision.transforms import v2
 
 from tokformer import files
 from tokformer.batch import TokenBatch
@@ -68,8 +67,10 @@ VIT_SPEC_FILE = "vit_spec.json"
 @dataclass
 class ClassifyConfig(BlockOptions):
     data: str = field(default="shapes",
-        metadata=help_text("shapes (built in), a class-folder dir, or cifar10, mnist, ..."))
-    data_root: str = field(default="data", metadata=help_text("where torchvision datasets live or are downloaded to"))
+        metadata=help_text("shapes (built in), a class-folder dir, or cifar10, mnist, ...",
+                           path=("shapes", *image_data.TORCHVISION_DATASETS)))
+    data_root: str = field(default="data", metadata=help_text("where torchvision datasets live or are downloaded to",
+                                                              path=()))
     download: bool = field(default=False, metadata=help_text("download a torchvision dataset (needs network)"))
     val_fraction: float = field(default=0.1, metadata=help_text("held-out share of a folder without train/ and val/"))
     train_size: int = field(default=8000, metadata=help_text("built-in shapes: training images"))
@@ -168,7 +169,7 @@ class ClassifyTask(Task):
             train, evals = image_data.folder_datasets(Path(c.data), c.val_fraction, c.data_seed)
         else:
             known = ", ".join(["shapes", *image_data.TORCHVISION_DATASETS])
-            raise DataError(f"data {c.data!r} is neither a folder nor a known dataset ({known})")
+            raise DataError(f"data {files.where(c.data)} is neither a folder nor a known dataset ({known})")
         self.classes = image_data.dataset_classes(train)
         return train, evals
 
@@ -219,6 +220,8 @@ class ClassifyTask(Task):
 
         Returns float images in [0, 1] and soft targets ``[B, C]`` with label smoothing applied.
         """
+        from torchvision.transforms import v2
+
         c, n = self.config, len(self.classes)
         choices = [mix(alpha=alpha, num_classes=n) for mix, alpha in ((v2.MixUp, c.mixup), (v2.CutMix, c.cutmix))
                    if alpha > 0]

@@ -67,7 +67,8 @@ def register_graphs(name: str, graphs: Sequence[nx.Graph], labels: Sequence[int 
 @dataclass
 class GraphConfig(BlockOptions):
     data: str = field(default="csl", metadata=help_text(
-        "csl, cycles, a directory DIR/<class>/<graph files>, a manifest .csv (path,label), or a register_graphs name"))
+        "csl, cycles, a directory DIR/<class>/<graph files>, a manifest .csv (path,label), or a register_graphs name",
+        path=lambda name: name in BUILTIN or name in _REGISTERED))
     classes: list[str] | None = field(default=None, metadata=help_text("class set in label order (default: from data)"))
     per_class: int = field(default=15, metadata=help_text("graphs per class of a built-in dataset"))
     data_seed: int = field(default=0, metadata=help_text("seed of the built-in generators and of the fold split"))

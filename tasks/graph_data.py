@@ -32,7 +32,7 @@ import networkx as nx
 import numpy as np
 
 from tokformer.errors import DataError
-from tokformer.files import reading
+from tokformer.files import reading, where
 
 CSL_NODES = 41
 CSL_SKIPS = (2, 3, 4, 5, 6, 9, 11, 12, 13, 16)
@@ -184,7 +184,7 @@ def load_graphs(source: str, *, classes: Sequence[str] | None = None, per_class:
         if path.suffix.lower() != ".csv":
             raise DataError(f"{path}: a graph dataset file must be a .csv manifest (path,label)")
         return load_manifest(path, classes)
-    raise DataError(f"graph dataset {source!r} is not an existing path nor a built-in ({', '.join(BUILTIN)})")
+    raise DataError(f"graph dataset {where(source)} is not an existing path nor a built-in ({', '.join(BUILTIN)})")
 
 
 def stratified_folds(labels: Sequence[int], n_folds: int, seed: int) -> list[int]:

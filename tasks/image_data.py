@@ -23,7 +23,6 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import Dataset
-from torchvision.transforms import v2
 
 from tokformer.errors import DataError
 from tokformer.tokenizers.image import open_image
@@ -253,6 +252,8 @@ def to_rgb(image: Any) -> Tensor:
     Palette images go through RGBA so transparency is resolved; alpha is dropped;
     grayscale is repeated over the three channels.
     """
+    from torchvision.transforms import v2  # torchvision: ~1 s to import, only when images are read
+
     if isinstance(image, Image.Image):
         if image.mode == "P":
             image = image.convert("RGBA")
@@ -266,6 +267,8 @@ def to_rgb(image: Any) -> Tensor:
 
 def train_transform(image_size: int, crop_scale: float, flip: bool) -> Callable[[Any], Tensor]:
     """RGB, random resized crop (area ``crop_scale``..1 of the image; a plain resize at 1) and horizontal flip."""
+    from torchvision.transforms import v2
+
     crop = (
         v2.RandomResizedCrop(image_size, scale=(crop_scale, 1.0), antialias=True)
         if crop_scale < 1.0

@@ -68,10 +68,11 @@ log = logging.getLogger(LOGGER)
 class LMConfig(BlockOptions):
     data: str = field(default="stdlib",
         metadata=help_text("stdlib (built in), comma-separated files, folders, globs, or a shards dir "
-                           "(tokformer data prepare lm)"))
+                           "(tokformer data prepare lm)", path=(lm_data.STDLIB,), path_list=True))
     stdlib_bytes: int = field(default=lm_data.STDLIB_BYTES,
                               metadata=help_text("size of the built-in stdlib corpus in bytes"))
-    tokenizer: str = field(default="", metadata=help_text("saved BPE tokenizer dir to use (default: train one)"))
+    tokenizer: str = field(default="", metadata=help_text("saved BPE tokenizer dir to use (default: train one)",
+                                                                       path=()))
     vocab_size: int = field(default=lm_data.VOCAB_SIZE,
                             metadata=help_text("BPE vocabulary size when training the tokenizer"))
     tokenizer_chars: int = field(default=lm_data.TOKENIZER_CHARS,

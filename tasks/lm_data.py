@@ -34,7 +34,7 @@ from torch.utils.data import Dataset
 from tokformer import files
 from tokformer.engine import LOGGER
 from tokformer.errors import ConfigError, DataError
-from tokformer.files import read_bytes
+from tokformer.files import read_bytes, where
 from tokformer.tokenizers.bpe import BPETokenizer
 
 STDLIB = "stdlib"
@@ -83,7 +83,7 @@ def resolve_sources(spec: str, stdlib_bytes: int) -> list[Path]:
         else:
             matches = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
             if not matches:
-                raise DataError(f"corpus source '{item}' is not a file, a folder or a glob matching any file")
+                raise DataError(f"corpus source {where(item)} is not a file, a folder or a glob matching any file")
         found.update(dict.fromkeys(matches))
     if not found:
         raise DataError(f"the corpus '{spec}' names no files")

@@ -70,10 +70,13 @@ log = logging.getLogger(LOGGER)
 class TranslateConfig(BlockOptions):
     data: str | None = field(default=None, metadata=help_text(
         "training pairs: a .tsv (source<TAB>target), a .jsonl ({src, tgt}), or the source-side text "
-        "file with data_tgt; none: English numbers -> German number words"))
-    data_tgt: str | None = field(default=None, metadata=help_text("target-side file aligned line by line with data"))
-    eval_data: str | None = field(default=None, metadata=help_text("held-out pairs (same formats as data)"))
-    eval_data_tgt: str | None = field(default=None, metadata=help_text("target-side file aligned with eval_data"))
+        "file with data_tgt; none: English numbers -> German number words", path=()))
+    data_tgt: str | None = field(default=None, metadata=help_text("target-side file aligned line by line with data",
+                                                                                         path=()))
+    eval_data: str | None = field(default=None, metadata=help_text("held-out pairs (same formats as data)",
+                                                                                         path=()))
+    eval_data_tgt: str | None = field(default=None, metadata=help_text("target-side file aligned with eval_data",
+                                                                                              path=()))
     eval_fraction: float = field(default=0.05, metadata=help_text(
         "share of data held out when no eval_data is given"))
     train_size: int = field(default=60000, metadata=help_text("generated training pairs (default data only)"))

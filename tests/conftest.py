@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # xdist runs one test process per core: one torch thread each, for them and the subprocesses
+    # they start (processes with several threads each on the same cores spin-wait on each other)
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 DEVICES = [
     "cpu",

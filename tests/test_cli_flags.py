@@ -54,10 +54,14 @@ def test_task_help_lists_the_task_options_as_flags_with_defaults_and_help():
     result = invoke("train", "classify", "--help")
     assert result.exit_code == 0, result.output
     out = result.output
-    assert out.index("Task options (classify):") < out.index("Train options:") < out.index("\nOptions:")
+    data, model = out.index("Data and task options (classify):"), out.index("Model options (classify;")
+    assert data < model < out.index("Train options:") < out.index("\nOptions:")
     for flag in ("--data TEXT", "--d-model INT", "--flip / --no-flip", "--n-kv-heads INT|none",
                  "--qkv-bias [true|false|none]", "--norm [layer|rms]", "--lr FLOAT"):
         assert flag in out, flag
+    assert data < out.index("--data TEXT") < out.index("--flip / --no-flip") < model, "data options in their group"
+    assert model < out.index("--d-model INT") < out.index("--norm [layer|rms]") < out.index("Train options:"), \
+        "the task's own shape options first, then the shared block switches, all in the model group"
     assert "[default: shapes]" in out  # classify's data default, next to its help text
 
 
@@ -189,4 +193,4 @@ def test_bad_flags_are_one_line_with_a_hint(resolved, case):
 def test_train_help_without_a_task_says_where_task_options_are():
     result = invoke("train", "--help")
     assert result.exit_code == 0, result.output
-    assert "tokformer train TASK --help" in result.output and "Task options (" not in result.output
+    assert "tokformer train TASK --help" in result.output and "task options (" not in result.output

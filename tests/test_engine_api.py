@@ -31,3 +31,13 @@ def test_python_callers_see_the_info_lines_unless_they_set_up_logging(monkeypatc
     monkeypatch.setattr(root, "handlers", [mine])
     speak(quiet=False)
     assert logger.handlers == [] and root.handlers == [mine]  # a program with its own logging keeps it
+
+
+def test_runs_started_in_the_same_second_get_their_own_default_directories(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("tokformer.engine.api.time.strftime", lambda fmt: "20261201-120000")
+    first = train("sort", **TINY["sort"], **TRAIN)
+    second = train("sort", **{**TINY["sort"], "seed": 1}, **TRAIN)  # another run, the same second
+    assert (str(first.run_dir), str(second.run_dir)) == ("runs/sort-20261201-120000", "runs/sort-20261201-120000-2")
+    assert (tmp_path / second.run_dir / "config.json").is_file()

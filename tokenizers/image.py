@@ -23,15 +23,13 @@ import functools
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor, nn
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms.v2 import functional as TF
 
 from tokformer.batch import TokenBatch
 from tokformer.errors import DataError
@@ -39,6 +37,9 @@ from tokformer.files import file_error
 from tokformer.positional import SinCos2DPositions
 from tokformer.tokenizers.base import Tokenizer, TokenizerError, pad_features
 from tokformer.tokenizers.registry import register_tokenizer
+
+if TYPE_CHECKING:
+    from torchvision.transforms import InterpolationMode
 
 # What PIL raises for a file it cannot identify or decode (DecompressionBombError: a header
 # claiming a huge size; NotImplementedError: e.g. an unknown DDS pixel format).
@@ -327,6 +328,7 @@ class ImagePatchTokenizer(Tokenizer):
 
     def to_tensor(self, sample: Any) -> Tensor:
         """One sample (PIL image, ``[C, H, W]``/``[H, W]`` tensor, or file path) -> float ``[C, H, W]`` in [0, 1]."""
+        from torchvision.transforms.v2 import functional as TF  # torchvision: ~1 s to import, only when used
         path = sample if isinstance(sample, (str, Path)) else None
         if path is not None:
             sample = open_image(path)
@@ -350,6 +352,8 @@ class ImagePatchTokenizer(Tokenizer):
         return self._match_channels(image)
 
     def _match_channels(self, image: Tensor) -> Tensor:  # [c, H, W] -> [channels, H, W]
+        from torchvision.transforms.v2 import functional as TF  # torchvision: ~1 s to import, only when used
+
         c = image.shape[0]
         if c == self.channels:
             return image
@@ -363,6 +367,8 @@ class ImagePatchTokenizer(Tokenizer):
 
     def preprocess(self, image: Tensor) -> Tensor:
         """``[..., C, H, W]`` in [0, 1] -> resized, normalised, patch-aligned ``[..., C, H', W']``."""
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms.v2 import functional as TF  # torchvision: ~1 s to import, only when used
         h, w = image.shape[-2:]
         if h == 0 or w == 0:
             raise DataError(f"image of {h}x{w} pixels has no pixels")
@@ -374,6 +380,7 @@ class ImagePatchTokenizer(Tokenizer):
         return self._align(image, mode)
 
     def _align(self, image: Tensor, mode: InterpolationMode) -> Tensor:
+        from torchvision.transforms.v2 import functional as TF  # torchvision: ~1 s to import, only when used
         p = self.patch_size
         h, w = image.shape[-2:]
         if h % p == 0 and w % p == 0:
@@ -408,6 +415,7 @@ class ImagePatchTokenizer(Tokenizer):
         return self._tokens_mixed_sizes(images)
 
     def _match_channels_batch(self, images: Tensor) -> Tensor:
+        from torchvision.transforms.v2 import functional as TF  # torchvision: ~1 s to import, only when used
         if not images.is_floating_point():
             images = TF.to_dtype(images, torch.float32, scale=True)
         if images.shape[1] == self.channels:

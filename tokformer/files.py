@@ -17,12 +17,20 @@ from typing import Any
 from tokformer.errors import DataError, TokformerError
 
 
+def where(path: str | os.PathLike) -> str:
+    """``path``, and for a relative one where it was looked for: a missing file's message must say
+    which directory it was relative to (a run evaluated from elsewhere reads its paths from there)."""
+    if Path(path).expanduser().is_absolute():
+        return str(path)
+    return f"{path} (looked for {os.path.abspath(Path(path).expanduser())}: working directory {os.getcwd()})"
+
+
 def file_error(path: str | os.PathLike, error: OSError | UnicodeDecodeError) -> DataError:
     """The DataError for ``error`` raised while reading ``path``."""
     if isinstance(error, UnicodeDecodeError):
         return DataError(f"{path} is not UTF-8 text (invalid byte at offset {error.start})")
     if isinstance(error, FileNotFoundError):
-        return DataError(f"{path}: no such file")
+        return DataError(f"{where(path)}: no such file")
     if isinstance(error, IsADirectoryError):
         return DataError(f"{path} is a directory, not a file")
     if isinstance(error, PermissionError):

@@ -13,13 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display on CI machines
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from matplotlib.patches import Rectangle
 
 from tokformer.tasks.birds.attention import attention_maps, corner_attention, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, SPECIES, TOP_RIGHT, generate
@@ -32,6 +27,8 @@ from tokformer.tasks.birds.receptive_field import (
 )
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from tokformer.tasks.birds.experiment import RunResult, Sweep
 
 FIGURES = ("samples.png", "accuracy_vs_depth.png", "receptive_fields.png", "attention.png")
@@ -110,14 +107,27 @@ def _corner_pairs(sweep: Sweep) -> tuple[np.ndarray, np.ndarray]:
 # -- figures ------------------------------------------------------------------------
 
 
-def _show(ax: plt.Axes, image: np.ndarray, title: str = "") -> None:
+def _pyplot():
+    """matplotlib.pyplot, drawing to files only (no display on CI machines); imported when a figure
+    is drawn, not with the module (a second of every command's start)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _show(ax: Axes, image: np.ndarray, title: str = "") -> None:
     ax.imshow(image, interpolation="nearest")
     ax.set_title(title, fontsize=8)
     ax.set_xticks([])
     ax.set_yticks([])
 
 
-def _box(ax: plt.Axes, x0: float, y0: float, x1: float, y1: float, colour: str, style: str = "-") -> None:
+def _box(ax: Axes, x0: float, y0: float, x1: float, y1: float, colour: str, style: str = "-") -> None:
+    from matplotlib.patches import Rectangle
+
     ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0 + 1, y1 - y0 + 1, fill=False, edgecolor=colour,
                            linewidth=1.2, linestyle=style))
 
@@ -126,6 +136,7 @@ def plot_samples(path: Path, image_size: int, seed: int, extra_birds: float) -> 
     """Six counting and six comparison images with their labels; the compared birds boxed."""
     count = generate("count", 6, seed, size=image_size, split="sample")
     compare = generate("compare", 6, seed, size=image_size, split="sample", extra_birds=extra_birds)
+    plt = _pyplot()
     fig, axes = plt.subplots(2, 6, figsize=(12, 4.6))
     for i in range(6):
         _show(axes[0, i], count.images[i], f"count: {count.labels[i] + 1} bird(s)")
@@ -145,6 +156,7 @@ def plot_samples(path: Path, image_size: int, seed: int, extra_birds: float) -> 
 
 def plot_accuracy(path: Path, rows: list[ModelRow]) -> None:
     """Accuracy vs conv depth for both CNN families, the global CNN and Transformer as reference lines."""
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     for ax, task, title in ((axes[0], "count", "How many birds? (4 classes)"),
                             (axes[1], "compare", "Top-right vs bottom-left: same species? (2 classes)")):
@@ -194,6 +206,7 @@ def plot_receptive_fields(path: Path, sweep: Sweep) -> None:
     boxes = test.meta.bird_boxes(index)
     cols = min(4, max(1, len(names)))
     rows = max(1, math.ceil(len(names) / cols))
+    plt = _pyplot()
     fig, axes = plt.subplots(rows, cols, figsize=(2.9 * cols, 3.4 * rows), squeeze=False)
     size = sweep.config.image_size
     for ax, name in zip(axes.flat, names, strict=False):  # spare axes are blanked below
@@ -258,6 +271,7 @@ def plot_attention(path: Path, sweep: Sweep, summary: AttentionSummary) -> None:
     test = sweep.test_sets["compare"]
     patch, grid = model.tokenizer.patch_size, model.grid_size
     n_layers = len(maps)
+    plt = _pyplot()
     fig, axes = plt.subplots(3, n_layers + 2, figsize=(2.6 * (n_layers + 2), 8), squeeze=False)
     up = lambda a: np.kron(a.reshape(grid), np.ones((patch, patch)))  # patch grid -> pixels
     for row in range(3):

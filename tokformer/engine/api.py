@@ -22,7 +22,7 @@ from tokformer.engine.progress import LOGGER, configure_logging
 from tokformer.engine.report import Evaluation
 from tokformer.engine.trainer import RunResult, Trainer, evaluate_model
 from tokformer.errors import ConfigError, DataError
-from tokformer.runtime.config import RunConfig, load_config_file, resolve_config
+from tokformer.runtime.config import RunConfig, absolute_paths, load_config_file, resolve_config
 from tokformer.runtime.distributed import Dist, barrier, broadcast, process_group
 from tokformer.runtime.registry import get_task
 from tokformer.store import lock
@@ -66,6 +66,21 @@ class RunDirPlan:
     aside: str | None = None
 
 
+def _new_default_run_dir(task: str) -> Path:
+    """``runs/TASK-YYYYmmdd-HHMMSS``, made empty and claimed (``-2``, ``-3``... when runs start in
+    the same second: a sweep script's second run must not land in, and resume, the first)."""
+    base = Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    candidate, n = base, 1
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = base.with_name(f"{base.name}-{n}")
+
+
 def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool,
                      held: contextlib.ExitStack) -> RunDirPlan:
     """Pick and check the run directory on rank 0, lock it (held until ``held`` closes), create
@@ -77,7 +92,7 @@ def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool,
     """
     plan = RunDirPlan()
     if d.is_main:
-        run_dir = Path(cfg.train.run_dir or f"runs/{cfg.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+        run_dir = Path(cfg.train.run_dir) if cfg.train.run_dir else _new_default_run_dir(cfg.task)
         try:
             held.enter_context(lock.hold(run_dir, "tokformer train"))
             runs.recover(run_dir)
@@ -162,6 +177,11 @@ def _requeue(run_dir: Path, cfg: RunConfig) -> RunDirPlan:
     return RunDirPlan(str(run_dir))
 
 
+def _dotted(cfg: RunConfig, key: str) -> Any:
+    section, _, name = key.partition(".")
+    return getattr(cfg.task_config if section == "task" else cfg.train, name)
+
+
 def _warn_overridden(asked: Any, adopted: Any, overrides: Mapping[str, Any], source: str) -> None:
     """Say which options the user gave that fine-tuning replaced with the source's (its shape wins)."""
     given = {key.rpartition(".")[2] for key in overrides}
@@ -223,6 +243,7 @@ def train(
         _check_task_unchanged(resolve_config(saved).to_dict()["task"], cfg.to_dict()["task"], Path(resume))
     else:
         cfg = resolve_config(config, **overrides)
+        absolute_paths(cfg)
     with process_group(cfg.train.device) as d, _deterministic(cfg.train.deterministic), \
             contextlib.ExitStack() as held:
         plan = _prepare_run_dir(cfg, d, resume is not None, overwrite, held)
@@ -230,6 +251,8 @@ def train(
         aside = Path(plan.aside) if plan.aside and d.is_main else None
         if d.is_main:
             log.info("run directory: %s", run_dir)
+            for key, value in cfg.given.items() if not resuming else ():
+                log.info("%s %r: %s", key.partition(".")[2], value, _dotted(cfg, key))
 
         def first_checkpoint_saved() -> None:  # the new run stands: the run it replaces can go
             nonlocal aside

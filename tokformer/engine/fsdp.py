@@ -32,23 +32,23 @@ import contextlib
 import re
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
 
 from tokformer.engine.recompute import transformer_blocks
 from tokformer.runtime.distributed import Dist
+from tokformer.store.weights import is_dtensor
 
-FULL = StateDictOptions(full_state_dict=True)  # whole tensors in, each process keeps its shard
+if TYPE_CHECKING:  # torch.distributed's FSDP and checkpoint modules take ~2 s to import: only a sharded run does
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy
 
 
 def mixed_precision(precision: str) -> MixedPrecisionPolicy:
     """The FSDP policy of ``--precision``: fp32 throughout, or bf16 compute with fp32 gradient reduction."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
     if precision == "bf16":
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     return MixedPrecisionPolicy()
@@ -58,6 +58,9 @@ def shard_model(model: nn.Module, d: Dist, precision: str) -> int:
     """Shard ``model`` in place over the processes of ``d``: each Transformer block, then the
     root. Returns the number of units. Parameter names do not change (FSDP2 swaps classes, it
     does not wrap), so state dicts and checkpoints keep the model's own keys."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
     mesh = init_device_mesh(d.device.type, (d.world,))
     policy = mixed_precision(precision)
     blocks = transformer_blocks(model)
@@ -72,6 +75,8 @@ def shard_model(model: nn.Module, d: Dist, precision: str) -> int:
 
 
 def _units(model: nn.Module) -> list[FSDPModule]:
+    from torch.distributed.fsdp import FSDPModule
+
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
@@ -104,7 +109,7 @@ def gathered(model: nn.Module) -> Iterator[None]:
 
 def full(value: torch.Tensor) -> torch.Tensor:
     """A plain tensor of ``value`` (a sharded DTensor is gathered: a collective)."""
-    return value.full_tensor() if isinstance(value, DTensor) else value
+    return value.full_tensor() if is_dtensor(value) else value
 
 
 def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, weights: dict[str, torch.Tensor],
@@ -113,8 +118,11 @@ def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, weights:
     by parameter name): each process keeps its own slice, so a checkpoint loads on any number
     of processes. ``torch.distributed.checkpoint.state_dict`` does the slicing; it only moves
     tensors in memory (its file format, pickled, is not used)."""
-    set_model_state_dict(model, weights, options=FULL)
-    set_optimizer_state_dict(model, optimizer, optimizer_state, options=FULL)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    full_state = StateDictOptions(full_state_dict=True)  # whole tensors in, each process keeps its shard
+    set_model_state_dict(model, weights, options=full_state)
+    set_optimizer_state_dict(model, optimizer, optimizer_state, options=full_state)
 
 
 def optimizer_state_by_name(state: dict[str, Any], model: nn.Module,

@@ -26,7 +26,9 @@ file inside it, the folder appearing whole (ONNX included) or not at all.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -74,23 +76,66 @@ def _mark_token_batch(shapes: ShapesCollection, tokens: TokenBatch) -> None:
     # Dim.DYNAMIC rather than named Dims with ranges: tracing may guard on a condition no
     # range states (a classifier's N - 1 patch tokens != 1), which fails an export with named
     # Dims; DYNAMIC lets the exporter settle it, and still fails if a dim would become static.
-    dynamic = Dim.DYNAMIC
-    for tensor in (tokens.mask, tokens.ids, tokens.features, tokens.positions):
-        if tensor is not None:  # [B, N, ...]
-            shapes[tensor] = {0: dynamic, 1: dynamic}
+    # (The ONNX file's dims get their names afterwards: _dim_names.)
+    for tensor, dims in _dynamic_dims(tokens, "tokens"):
+        shapes[tensor] = dict.fromkeys(dims, Dim.DYNAMIC)
+
+
+def _dynamic_dims(tokens: TokenBatch, length: str) -> list[tuple[Tensor, dict[int, str]]]:
+    """Each tensor of ``tokens`` with its dynamic dims, named ``batch`` or ``length``."""
+    dims = [(tensor, {0: "batch", 1: length})  # [B, N, ...]
+            for tensor in (tokens.mask, tokens.ids, tokens.features, tokens.positions) if tensor is not None]
     if tokens.attn_bias is not None:  # [B, N, N] or [B, H, N, N]
         last = tokens.attn_bias.dim() - 1
-        shapes[tokens.attn_bias] = {0: dynamic, last - 1: dynamic, last: dynamic}
-    for value in tokens.extras.values():
-        if isinstance(value, Tensor) and value.dim() > 0:  # [B, ...]
-            shapes[value] = {0: dynamic}
+        dims.append((tokens.attn_bias, {0: "batch", last - 1: length, last: length}))
+    dims += [(value, {0: "batch"}) for value in tokens.extras.values()
+             if isinstance(value, Tensor) and value.dim() > 0]  # [B, ...]
+    return dims
+
+
+def _dim_names(model: nn.Module, example_args: tuple) -> list[dict[int, str]]:
+    """Per tensor input of the ONNX file (flattening order): its dynamic dims' names, ``batch`` and
+    ``tokens`` (``src_tokens``, ``tgt_tokens``: the argument's name, when the forward takes several
+    TokenBatch arguments)."""
+    params = list(inspect.signature(model.forward).parameters)
+    batches = [(i, arg) for i, arg in enumerate(example_args) if isinstance(arg, TokenBatch)]
+    named: dict[int, dict[int, str]] = {}  # id(tensor) -> its dims' names
+    for i, tokens in batches:
+        length = "tokens" if len(batches) == 1 else f"{params[i] if i < len(params) else f'arg{i}'}_tokens"
+        named.update((id(tensor), dims) for tensor, dims in _dynamic_dims(tokens, length))
+    return [named.get(id(leaf), {}) for leaf in pytree.tree_leaves(tuple(example_args)) if isinstance(leaf, Tensor)]
+
+
+def _name_dims(graph: Any, dim_names: list[dict[int, str]]) -> None:
+    """Rename the symbols torch gives dynamic dims (``s27``, ``s21*s29``) in every shape of the
+    ``onnx_ir`` graph after the names of ``dim_names`` (one dict per graph input)."""
+    import onnx_ir as ir
+    from onnx_ir.traversal import RecursiveGraphIterator
+
+    rename: dict[str, str] = {}
+    for value, dims in zip(graph.inputs, dim_names, strict=False):
+        for axis, name in dims.items():
+            dim = value.shape[axis] if value.shape is not None else None
+            if isinstance(dim, ir.SymbolicDim) and dim.value is not None:
+                rename.setdefault(str(dim.value), name)
+    if not rename:
+        return
+    symbol = re.compile(r"\b(" + "|".join(map(re.escape, rename)) + r")\b")
+    values = [*graph.inputs, *graph.outputs, *(out for node in RecursiveGraphIterator(graph) for out in node.outputs)]
+    for value in values:
+        if value.shape is not None and any(isinstance(d, ir.SymbolicDim) for d in value.shape.dims):
+            value.shape = ir.Shape([ir.SymbolicDim(symbol.sub(lambda m: rename[m[1]], str(d.value)))
+                                    if isinstance(d, ir.SymbolicDim) and d.value is not None else d
+                                    for d in value.shape.dims])
 
 
 def export_onnx(model: nn.Module, example_args: tuple, path: str | Path, *, dynamic: bool = True) -> Path:
     """Write ``model`` as one self-contained ``.onnx`` file (weights embedded) and return its path.
 
     Inputs are named after the forward's arguments and the batch fields (``batch_mask``,
-    ``src_ids``, ``batch_extras_grid``, ...), in the order :func:`run_onnx` feeds them.
+    ``src_ids``, ``batch_extras_grid``, ...), in the order :func:`run_onnx` feeds them; a single
+    output is named ``logits``. Dynamic dims are named ``batch`` and ``tokens`` (``src_tokens``,
+    ``tgt_tokens`` for a translation), as ``docs/interop.md`` lists them per task.
     The file is an inference artifact, so the model is traced in eval mode (its mode is
     restored afterwards). ONNX protobuf files hold at most 2 GB.
     """
@@ -104,7 +149,11 @@ def export_onnx(model: nn.Module, example_args: tuple, path: str | Path, *, dyna
         program = export_program(model, example_args, dynamic=dynamic)
     finally:
         model.train(was_training)
-    torch.onnx.export(program, tuple(example_args), path, dynamo=True, external_data=False, verbose=False)
+    single = len(program.graph_signature.user_outputs) == 1
+    onnx_program = torch.onnx.export(program, tuple(example_args), dynamo=True, verbose=False,
+                                     output_names=["logits"] if single else None)
+    _name_dims(onnx_program.model.graph, _dim_names(model, example_args) if dynamic else [])
+    onnx_program.save(path, external_data=False)
     return path
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import glob
 import math
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -30,14 +31,34 @@ Precision = Literal["fp32", "bf16"]
 Strategy = Literal["ddp", "fsdp"]
 
 
-def help_text(text: str, *, architecture: bool = False) -> dict[str, Any]:
+#: Field metadata: the option names files or folders (see :func:`help_text`'s ``path``).
+PATH = "path"
+#: Field metadata: the option is a comma-separated list of paths.
+PATH_LIST = "path_list"
+
+
+def help_text(text: str, *, architecture: bool = False,
+              path: Collection[str] | Callable[[str], bool] | None = None,
+              path_list: bool = False) -> dict[str, Any]:
     """Field metadata documenting a config option; `--help` and `tokformer tasks NAME` show it.
 
     ``architecture``: the option fixes the model's shape (widths, depths, positions, the
     tokenizer's layout), so fine-tuning (``init_from``) takes it from the source model and a
     run keeps it. Every other option (data, regularisation, decoding defaults) stays the user's.
+
+    ``path``: the option names a file or folder, which a run records as an absolute path
+    (:func:`absolute_paths`) so that it evaluates, resumes and exports from any directory.
+    Its value is the option's names that are no path (built-in datasets: ``("shapes",)``),
+    or a predicate telling them; ``()`` for an option that is always a path.
+    ``path_list``: the value is a comma-separated list of such paths.
     """
-    return {"help": text, ARCHITECTURE: True} if architecture else {"help": text}
+    metadata: dict[str, Any] = {"help": text}
+    if architecture:
+        metadata[ARCHITECTURE] = True
+    if path is not None:
+        metadata[PATH] = path
+        metadata[PATH_LIST] = path_list
+    return metadata
 
 
 MAX_STEPS = 10**12
@@ -72,7 +93,7 @@ class TrainConfig:
     seed: int = field(default=0, metadata=help_text("seed for weights, data order and every RNG"))
     init_from: str = field(default="", metadata=help_text(
         "fine-tune from: a model folder or run of the same task, a Hugging Face folder (lm), or a timm ViT file or "
-        "hub folder (classify); the model's shape, tokenizer and weights come from it"))
+        "hub folder (classify); the model's shape, tokenizer and weights come from it", path=()))
     deterministic: bool = field(
         default=False, metadata=help_text("torch.use_deterministic_algorithms: bitwise-reproducible runs")
     )
@@ -120,11 +141,52 @@ class RunConfig:
     task: str
     task_config: Any
     train: TrainConfig = field(default_factory=TrainConfig)
+    #: path options as the user gave them, where :func:`absolute_paths` made them absolute
+    #: (``{"task.data": "digits"}``): kept for display, never read back as settings
+    given: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The nested form saved as ``config.json``; :func:`resolve` reads it back."""
-        return {"task": {"name": self.task, **dataclasses.asdict(self.task_config)},
-                "train": dataclasses.asdict(self.train)}
+        saved = {"task": {"name": self.task, **dataclasses.asdict(self.task_config)},
+                 "train": dataclasses.asdict(self.train)}
+        return {**saved, "given": dict(self.given)} if self.given else saved
+
+
+def absolute_paths(cfg: RunConfig) -> dict[str, str]:
+    """Make every path option of ``cfg`` that names a file or folder absolute, in place, record
+    the values as given for those it changed in ``cfg.given`` (``{"task.data": "digits"}``) and
+    return them.
+
+    A run directory outlives the working directory it was started in: ``tokformer evaluate
+    /abs/runs/x`` from elsewhere must still find ``--data digits``. A value that is one of the
+    option's built-in names, or a relative path that does not exist (an error later, which names
+    the working directory), is left as given.
+    """
+    given: dict[str, str] = {}
+    for section, values in (("task", cfg.task_config), ("train", cfg.train)):
+        for f in dataclasses.fields(values):
+            value = getattr(values, f.name)
+            if PATH not in f.metadata or not isinstance(value, str) or not value.strip():
+                continue
+            parts = value.split(",") if f.metadata[PATH_LIST] else [value]
+            resolved = ",".join(_absolute(part.strip(), f.metadata[PATH]) for part in parts if part.strip())
+            if resolved != value:
+                given[f"{section}.{f.name}"] = value
+                setattr(values, f.name, resolved)
+    cfg.given.update(given)
+    return given
+
+
+def _absolute(part: str, names: Collection[str] | Callable[[str], bool]) -> str:
+    is_name = names if callable(names) else (lambda v: v in names or v.lower() in names)
+    if is_name(part):
+        return part
+    path = Path(part).expanduser()
+    if path.is_absolute():
+        return str(path)
+    if not names or path.exists() or (glob.has_magic(part) and glob.glob(part, recursive=True)):
+        return os.path.abspath(path)
+    return part
 
 
 def config_fields(cls: type) -> dict[str, dataclasses.Field]:
@@ -312,8 +374,9 @@ def route_override(key: str, task_cls: type) -> tuple[str, str]:
 
 
 def split_sections(data: Mapping[str, Any], source: str) -> tuple[str | None, dict, dict]:
-    """A nested config mapping -> (task name or None, task values, train values)."""
-    unknown = set(data) - {"task", "train"}
+    """A nested config mapping -> (task name or None, task values, train values). A saved run's
+    ``given`` section (paths as the user typed them) is display only and not returned."""
+    unknown = set(data) - {"task", "train", "given"}
     if unknown:
         key = sorted(unknown)[0]
         raise ConfigError(f"{source}: unknown top-level key '{key}'; a config has a [task] and a [train] section")
@@ -368,10 +431,12 @@ def resolve(
         section, field_name = route_override(key, cls)
         (train_overrides if section == "train" else task_values)[field_name] = value
     train_values = merge_budget(train_values, train_overrides)
+    given = (base or {}).get("given")
     return RunConfig(
         task=name,
         task_config=build_dataclass(cls, task_values, f"task '{name}'"),
         train=build_dataclass(TrainConfig, {**train_defaults(name), **train_values}, "train"),
+        given={str(k): str(v) for k, v in given.items()} if isinstance(given, Mapping) else {},
     )
 
 

@@ -39,8 +39,6 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from tokformer import files
 from tokformer.errors import CheckpointError
@@ -48,7 +46,7 @@ from tokformer.runtime.distributed import Dist, broadcast, gather
 from tokformer.store.atomic import fsync_dir, fsync_file
 from tokformer.store.steps import WRITE_ERRORS, publish, temp_step_dir, write_failed
 from tokformer.store.training_state import join_tensors, param_groups_from_json, save_training_state, split_tensors
-from tokformer.store.weights import damaged, dedupe_shared
+from tokformer.store.weights import damaged, dedupe_shared, is_dtensor
 
 MANIFEST = "manifest.json"
 FORMAT = "tokformer-sharded-checkpoint"
@@ -70,8 +68,10 @@ def _piece(tensor: torch.Tensor, rank: int) -> tuple[torch.Tensor, list[int]] | 
     """This rank's piece of ``tensor`` and its offset in the whole tensor; None when another rank
     saves it. FSDP2 shards dim 0 as ``torch.chunk`` does; a plain or replicated tensor is saved by
     rank 0 alone."""
-    if not isinstance(tensor, DTensor):
+    if not is_dtensor(tensor):
         return (tensor, [0] * tensor.dim()) if rank == 0 else None
+    from torch.distributed.tensor import Replicate, Shard  # imported already: tensor is a DTensor
+
     local = tensor.to_local()
     placements = tuple(tensor.placements)
     if placements == (Replicate(),):
@@ -130,7 +130,9 @@ def _contents(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[
     """Every tensor to save by key (``model.<name>``, ``optimizer.state.<name>.<moment>``; sharded
     ones as DTensors) and the manifest's description of them (shapes, dtypes, aliases, optimizer layout)."""
     weights = {name: value.detach() for name, value in model.state_dict().items()}
-    local = {name: value.to_local() if isinstance(value, DTensor) else value for name, value in weights.items()}
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict  # ~1 s to import: only here
+
+    local = {name: value.to_local() if is_dtensor(value) else value for name, value in weights.items()}
     unique, aliases = dedupe_shared(local)  # tied weights: one copy, as in model.safetensors
     layout, optimizer_tensors = split_tensors(get_optimizer_state_dict(model, optimizer), OPTIMIZER, copy=False)
     tensors = {f"{MODEL}.{name}": weights[name] for name in unique} | optimizer_tensors

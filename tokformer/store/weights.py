@@ -9,13 +9,13 @@ model before anything is copied, so a mismatch is one line naming the keys.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from tokformer import files
 from tokformer.errors import CheckpointError, ConfigError
@@ -43,9 +43,17 @@ def dedupe_shared(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tenso
     return unique, aliases
 
 
+def is_dtensor(value: object) -> bool:
+    """Whether ``value`` is a DTensor (a sharded FSDP tensor). One can exist only once
+    ``torch.distributed.tensor`` is imported, so a process that never shards never pays its
+    second of import time (every CLI command would)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(value, module.DTensor)
+
+
 def save_model_state(state: dict[str, torch.Tensor], directory: Path) -> None:
     """Write ``directory/model.safetensors``: shared tensors stored once, on the CPU."""
-    if any(isinstance(v, DTensor) for v in state.values()):  # each process holds a slice: no whole file to write
+    if any(is_dtensor(v) for v in state.values()):  # each process holds a slice: no whole file to write
         raise ConfigError("the model's weights are sharded over processes (--strategy fsdp); export its run "
                           "instead (tokformer export RUN_DIR, or save_pretrained of tokformer.engine.load_run's model)")
     unique, aliases = dedupe_shared(state)
