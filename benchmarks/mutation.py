@@ -167,9 +167,9 @@ FINDINGS: list[str] = [
     "step, tensor key names in state.safetensors, the tokenizer fingerprint's byte format (what saved runs were "
     "made with: changing it would refuse every existing run), AdamW's `betas` through JSON, the temporary "
     "directory's place and name, and the words of every resume message survived; new tests cover them.",
-    "Dead or redundant code: `KVCache.static` is set (cross-attention caches) but read nowhere. With torch >= 2.5 "
-    "scaled_dot_product_attention already returns zeros, with zero gradients, for a fully masked bool row on every "
-    "CPU path, so `_masked_sdpa`'s `mask | ~has_key` only guards other kernels (CUDA not checked: no GPU here).",
+    "Dead or redundant code: `KVCache.static` was set (cross-attention caches) but read nowhere (removed since). "
+    "With torch >= 2.5 scaled_dot_product_attention already returns zeros, with zero gradients, for a fully "
+    "masked bool row on every CPU path, so `_masked_sdpa`'s `mask | ~has_key` only guards other kernels (CUDA not checked: no GPU here).",
     "Out of the quick tier's reach in one process: the FSDP branches of `Trainer._load_checkpoint` (10 "
     "survivors). They run only with a model sharded over 2+ processes, and the torchrun tests start the "
     "installed package in subprocesses, where mutmut's mutants are not imported.",
@@ -187,7 +187,6 @@ EXTRA = [name for name in MODULES if name not in DEFAULT]
 # Survivors that no test can tell apart from the original: mutant key -> (the mutated line, reason).
 _INF = "float() reads '-INF' as -inf: the same number"
 _EINOPS = "einops axis names are any identifiers: the upper-case pattern is the same rearrangement"
-_STATIC = "KVCache.static is stored but never read (tokformer, tasks): nothing behaves differently"
 _LONG = "torch infers int64 from Python ints (pad_id, token ids), and the ids tensor they land in is int64"
 _STEP_MASK = ("a decoding step's target has no padding: without key_mask, decode falls back to the step's own "
               "all-True mask, which broadcasts over the cached keys to the same all-True padding mask")
@@ -239,11 +238,6 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ('angles = rearrange(torch.cat((blocks, blocks), dim=-1), "B N S F -> B N (S F)")  # [B, N, d_head]',
          _EINOPS),
     # kv_cache
-    "tokformer.kv_cache.x_make_caches__mutmut_1":
-        ("def make_caches(n_layers: int, static: bool = True) -> list[KVCache]:", _STATIC),
-    "tokformer.kv_cache.x_make_caches__mutmut_2": ("return [KVCache(static=None) for _ in range(n_layers)]", _STATIC),
-    "tokformer.kv_cache.xǁKVCacheǁ__init____mutmut_1": ("def __init__(self, static: bool = True) -> None:", _STATIC),
-    "tokformer.kv_cache.xǁKVCacheǁ__init____mutmut_2": ("self.static = None", _STATIC),
     "tokformer.kv_cache.xǁKVCacheǁ__init____mutmut_4":
         ('self._v: Tensor | None = ""',
          "_v is read only once _k is set, and append's _grow sets both together; reading .values of a never-filled "

@@ -99,10 +99,10 @@ def test_self_attention_cache_incremental_equals_full(device):
     assert cache.length == 9
 
 
-def test_cross_attention_static_cache_reuses_memory_projection():
+def test_cross_attention_cache_reuses_memory_projection():
     attn = MultiHeadAttention(D, H, cross=True).eval()
     x, memory = torch.randn(2, 3, D), torch.randn(2, 6, D)
-    cache = KVCache(static=True)
+    cache = KVCache()
     first = attn(x, memory, cache=cache)
     again = attn(x, None, cache=cache)  # memory no longer needed
     torch.testing.assert_close(first, again)

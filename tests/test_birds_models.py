@@ -9,7 +9,7 @@ import torch
 from tokformer.tasks.birds import experiment
 from tokformer.tasks.birds.attention import attention_maps, bird_tokens, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, TOP_RIGHT, generate
-from tokformer.tasks.birds.experiment import BirdsConfig, make_split
+from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream
 from tokformer.tasks.birds.models import BirdTransformer, LocalCNN, build_model, parse_spec
 
 ALL_FAMILIES = ["local-d2", "pool-d3", "global", "mlp", "transformer-l1", "transformer-local-l1", "mixer-l1"]
@@ -61,8 +61,8 @@ def test_parse_spec_rejects_unknown_names() -> None:
 
 
 def test_a_step_multiple_trains_that_many_times_the_steps(monkeypatch) -> None:
-    cfg = BirdsConfig(image_size=32, n_train=32, steps=3, batch_size=8)
-    train = make_split(cfg, "count", 0, "train")
+    cfg = BirdsConfig(image_size=32, steps=3, batch_size=8)
+    train = TrainStream(cfg, "count", 0)
     build, calls = experiment.build_model, []
 
     def counting_build(*args, **kwargs):
@@ -100,7 +100,7 @@ def test_recomputed_attention_reproduces_the_layer_output() -> None:
     assert len(maps) == 2 and maps[0].shape == (3, 4, 17, 17)  # 16 patches + class token
     torch.testing.assert_close(maps[0].sum(-1), torch.ones(3, 4, 17))
     # layer 1 by hand: attention weights @ values, then the output projection
-    block = model.net.encoder.blocks[0]
+    block = model.encoder.blocks[0]
     captured = {}
     block.attn.register_forward_hook(lambda _m, args, out: captured.update(x=args[0], out=out))
     with torch.no_grad():

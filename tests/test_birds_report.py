@@ -15,7 +15,7 @@ from tokformer.tasks.birds.experiment import RunResult, Sweep
 from tokformer.tasks.birds.models import build_model, parse_spec
 from tokformer.tasks.birds.report import FIGURES, results_table, table_rows
 
-TINY = BirdsConfig(image_size=32, n_train=64, n_test=32, second_size=48, steps=2, batch_size=16,
+TINY = BirdsConfig(image_size=32, n_test=32, second_size=48, steps=2, batch_size=16,
                    models=("local-d1", "pool-d2", "global", "transformer-l1", "transformer-local-l1", "mixer-l1",
                            "mlp", "global-x2"), seeds=(0, 1))
 
@@ -49,6 +49,13 @@ RUNS_JSONL = "".join(
     for task, accs in SEED_ACCURACY.items() for seed, acc in enumerate(accs))
 
 
+def _cell(text: str) -> tuple[float, float, list[float]]:
+    """``"0.700 ± 0.200 (0.500 / 0.700 / 0.900)"`` -> (mean, std, per-seed values)."""
+    mean, rest = text.split("±")
+    std, seeds = rest.split("(")
+    return float(mean), float(std), [float(a) for a in seeds.rstrip(")").split("/")]
+
+
 def _table_cells(tmp_path: Path) -> dict[str, str]:
     """The "counting acc" and "comparison acc" cells of the table built from :data:`RUNS_JSONL`."""
     (tmp_path / "runs.jsonl").write_text(RUNS_JSONL)
@@ -65,7 +72,7 @@ def _table_cells(tmp_path: Path) -> dict[str, str]:
 def test_table_shows_the_mean_over_seeds_not_the_best_seed(tmp_path: Path) -> None:
     cells = _table_cells(tmp_path)
     for task, accs in SEED_ACCURACY.items():
-        shown = float(cells[task].split("±")[0])
+        shown = _cell(cells[task])[0]
         mean = sum(accs) / len(accs)
         assert shown == pytest.approx(mean, abs=5e-4), (
             f"{task}: table shows {cells[task]!r}, but the seeds {accs} have mean {mean:.3f} (best {max(accs)})")
@@ -74,8 +81,14 @@ def test_table_shows_the_mean_over_seeds_not_the_best_seed(tmp_path: Path) -> No
 def test_table_shows_the_sample_std_over_seeds(tmp_path: Path) -> None:
     cells = _table_cells(tmp_path)
     for task, accs in SEED_ACCURACY.items():
-        shown = float(cells[task].split("±")[1])
+        shown = _cell(cells[task])[1]
         mean = sum(accs) / len(accs)
         std = (sum((a - mean) ** 2 for a in accs) / (len(accs) - 1)) ** 0.5  # ddof=1
         assert shown == pytest.approx(std, abs=5e-4), (
             f"{task}: table shows {cells[task]!r}, but the seeds {accs} have sample std {std:.3f} (ddof=1)")
+
+
+def test_table_shows_every_seed_in_seed_order(tmp_path: Path) -> None:
+    cells = _table_cells(tmp_path)
+    for task, accs in SEED_ACCURACY.items():
+        assert _cell(cells[task])[2] == pytest.approx(accs, abs=5e-4), f"{task}: {cells[task]!r}"

@@ -97,7 +97,7 @@ class MultiHeadAttention(nn.Module):
             is_causal: also forbid attending to later positions (aligned so the last
                 query sits at the last key, which is what a KV cache needs).
             cache: self-attention: new keys/values are appended and all are attended to;
-                cross-attention (static cache): keys/values of ``context`` are computed
+                cross-attention: keys/values of ``context`` are computed
                 on the first call and reused after, so ``context`` may then be None.
             rope: rotations of the ``Nq`` new tokens (self-attention only).
 

@@ -14,12 +14,11 @@ from torch import Tensor
 class KVCache:
     """Keys and values of one attention layer, ``[B, heads, T, d_head]``.
 
-    ``static`` caches hold cross-attention keys/values: computed once from the encoder
-    memory, then reused at every decoding step.
+    A cross-attention layer fills its cache once, from the encoder memory, and reuses it at
+    every decoding step (it projects ``context`` only while the cache is empty).
     """
 
-    def __init__(self, static: bool = False) -> None:
-        self.static = static
+    def __init__(self) -> None:
         self._k: Tensor | None = None
         self._v: Tensor | None = None
         self.length = 0
@@ -64,9 +63,9 @@ class KVCache:
             self._v = self._v.index_select(0, index)
 
 
-def make_caches(n_layers: int, static: bool = False) -> list[KVCache]:
+def make_caches(n_layers: int) -> list[KVCache]:
     """One fresh cache per layer."""
-    return [KVCache(static=static) for _ in range(n_layers)]
+    return [KVCache() for _ in range(n_layers)]
 
 
 def reorder_caches(caches: list[KVCache], index: Tensor) -> None:

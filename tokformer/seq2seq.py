@@ -83,4 +83,4 @@ class Seq2Seq(nn.Module):
     def make_caches(self) -> tuple[list[KVCache], list[KVCache]]:
         """Fresh (self-attention, cross-attention) caches for incremental decoding."""
         n = len(self.decoder.blocks)
-        return make_caches(n), make_caches(n, static=True)
+        return make_caches(n), make_caches(n)

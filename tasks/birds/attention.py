@@ -22,7 +22,7 @@ from tokformer.tasks.birds.models import BirdTransformer
 @torch.no_grad()
 def attention_maps(model: BirdTransformer, images: Tensor) -> list[Tensor]:
     """One ``[B, heads, N, N]`` tensor of attention probabilities per layer (token 0 = class token)."""
-    blocks = model.net.encoder.blocks
+    blocks = model.encoder.blocks
     captured: list[Tensor] = []
     hooks = [b.attn.qkv.register_forward_hook(lambda _m, _i, out: captured.append(out)) for b in blocks]
     was_training = model.training

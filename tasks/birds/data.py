@@ -5,12 +5,14 @@ bottom-right. A slot holds at most one bird, jittered inside it, so "the top-rig
 is always well defined. Two tasks:
 
 * ``count``: 1-4 birds in random slots; the label is ``count - 1`` (4 balanced classes).
-* ``compare``: the top-right and bottom-left slots always hold a bird; the other two
-  hold a distractor bird with probability ``extra_birds`` (default 0: learning to pick
-  the right pair out of up to four birds from a 1-bit label is a harder, separate
-  problem); the label is 1 if the top-right and bottom-left birds are the same species.
-  Half the images are "same"; for "different" the pair is uniform over distinct species,
-  so each bird's species alone says nothing.
+* ``compare``: is the top-right bird the same species as the bottom-left one? Two scenes.
+  ``twins`` (the experiment's): a bird in every quadrant, three species, one of them twice on
+  a diagonal, so neither the species present, their counts, any single bird nor any two
+  neighbouring quadrants say anything: only relating the two diagonal birds answers.
+  ``pair``: the compared birds plus a distractor bird in each other slot with probability
+  ``extra_birds`` (at 0, "same" means "only one species present", which a histogram of
+  species answers without relating the two birds; ``tasks/birds/design.py``).
+  Half the images are "same" in both scenes.
 
 Species differ in body shape, beak and colour pattern; within a species, pose (facing,
 tilt), scale and colours vary, and every image has a smooth random background, texture,
@@ -159,11 +161,13 @@ def _extent(size: int) -> float:
 
 
 def generate(task: Task, n: int, seed: int, *, size: int = 64, split: str = "train",
-             extra_birds: float = EXTRA_BIRDS, scene: Scene = "pair") -> BirdImages:
+             extra_birds: float = EXTRA_BIRDS, scene: Scene = "pair", chunk: int = 0) -> BirdImages:
     """``n`` images for ``task``, a pure function of the arguments.
 
     ``split`` selects an independent random stream, so a test set made with the same
-    ``seed`` shares no image with the training set. ``extra_birds`` (compare, ``scene="pair"``)
+    ``seed`` shares no image with the training set; ``chunk`` another independent stream of the
+    same split (a training stream that never repeats an image is chunks 0, 1, 2, ...; chunk 0
+    is the split's stream as it always was). ``extra_birds`` (compare, ``scene="pair"``)
     is the probability of a distractor bird in each of the top-left and bottom-right slots;
     ``scene="twins"`` is the layout in which only the compared pair decides (:func:`sample_layout`).
     """
@@ -171,7 +175,7 @@ def generate(task: Task, n: int, seed: int, *, size: int = 64, split: str = "tra
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     if size < 32:
         raise ValueError(f"size must be at least 32 px, got {size}")
-    rng = np.random.default_rng([seed, _SPLIT_CODES[split], TASKS.index(task)])
+    rng = layout_rng(task, seed, split, chunk)
     occupied, species, labels = sample_layout(task, n, rng, extra_birds, scene)  # [n, 4] bool, [n, 4] int, [n]
     margin = _local_window(size, 1.2).shape[1] // 2 + 1  # half a window: no window leaves the canvas
     canvas = np.zeros((n, size + 2 * margin, size + 2 * margin, 3), dtype=np.float32)  # [n, H + 2m, W + 2m, 3]
@@ -207,6 +211,15 @@ def generate(task: Task, n: int, seed: int, *, size: int = 64, split: str = "tra
         bird_tilt=cat["tilt"][order],
         bird_facing=cat["facing"][order],
     )
+
+
+def layout_rng(task: Task, seed: int, split: str, chunk: int = 0) -> np.random.Generator:
+    """The random stream of a split's chunk; :func:`generate` draws the layouts from it first, so
+    ``sample_layout`` on a fresh copy gives the same layouts without drawing a pixel."""
+    if chunk < 0:
+        raise ValueError(f"chunk must be >= 0, got {chunk}")
+    # numpy pads a seed sequence with zeros, so chunk 0 is the three-word stream of earlier versions
+    return np.random.default_rng([seed, _SPLIT_CODES[split], TASKS.index(task), chunk])
 
 
 def sample_layout(task: Task, n: int, rng: np.random.Generator, extra_birds: float = EXTRA_BIRDS,

@@ -18,7 +18,8 @@ import torch
 
 from tokformer.tasks.birds.attention import attention_maps, corner_attention, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, SPECIES, TOP_RIGHT, generate
-from tokformer.tasks.birds.models import LOCAL_TOKENIZER, BirdTransformer, LocalCNN, parse_spec
+from tokformer.tasks.birds.design import VIEWS, bayes_accuracy, oracle_accuracies
+from tokformer.tasks.birds.models import LOCAL_TOKENIZER, READOUT_HIDDEN, BirdTransformer, LocalCNN, parse_spec
 from tokformer.tasks.birds.receptive_field import (
     analytic_receptive_field,
     centre_unit,
@@ -55,19 +56,32 @@ class ModelRow:
     budget: int = 1  # times the sweep's step budget
     count_second: float = math.nan  # mean accuracy at the second image size (NaN: one size only)
     compare_second: float = math.nan
+    count_seeds: tuple[float, ...] = ()  # the per-seed test accuracies behind the mean, in seed order
+    compare_seeds: tuple[float, ...] = ()
 
 
-def summarise(results: list[RunResult], name: str, task: str) -> tuple[float, float, float, float]:
-    """(mean accuracy, sample std of the accuracy (ddof 1; 0 for one seed), mean training seconds, mean
-    accuracy at the second size) of ``name`` on ``task`` over seeds."""
-    runs = [r for r in results if r.model == name and r.task == task]
+@dataclass
+class Summary:
+    """One model on one task over its seeds."""
+
+    mean: float
+    std: float  # sample std (ddof 1); 0 for one seed
+    seconds: float  # mean training seconds
+    second: float  # mean accuracy at the second image size (NaN: not run there)
+    seeds: tuple[float, ...]  # per-seed accuracies, in seed order
+
+
+def summarise(results: list[RunResult], name: str, task: str) -> Summary:
+    """``name`` on ``task`` over its seeds (NaN everywhere when it did not run)."""
+    runs = sorted((r for r in results if r.model == name and r.task == task), key=lambda r: r.seed)
     if not runs:
-        return math.nan, math.nan, math.nan, math.nan
+        return Summary(math.nan, math.nan, math.nan, math.nan, ())
     accs = np.array([r.accuracy for r in runs])
     seconds = [r.accuracy_second for r in runs if r.accuracy_second is not None]
     second = float(np.mean(seconds)) if seconds else math.nan
     std = float(accs.std(ddof=1)) if len(accs) > 1 else 0.0
-    return float(accs.mean()), std, float(np.mean([r.train_seconds for r in runs])), second
+    return Summary(float(accs.mean()), std, float(np.mean([r.train_seconds for r in runs])), second,
+                   tuple(float(a) for a in accs))
 
 
 def table_rows(sweep: Sweep) -> list[ModelRow]:
@@ -86,10 +100,10 @@ def table_rows(sweep: Sweep) -> list[ModelRow]:
         count = summarise(sweep.results, name, "count")
         compare = summarise(sweep.results, name, "compare")
         params = next(r.parameters for r in sweep.results if r.model == name)
-        seconds = np.nanmean([count[2], compare[2]])
+        seconds = np.nanmean([count.seconds, compare.seconds])
         rows.append(ModelRow(name, spec.label, spec.family, spec.depth, size, both, params,
-                             count[0], count[1], compare[0], compare[1], float(seconds), spec.budget,
-                             count[3], compare[3]))
+                             count.mean, count.std, compare.mean, compare.std, float(seconds), spec.budget,
+                             count.second, compare.second, count.seeds, compare.seeds))
     return rows
 
 
@@ -97,7 +111,8 @@ def _corner_pairs(sweep: Sweep) -> tuple[np.ndarray, np.ndarray]:
     """Centres ``[n, 2]`` of the top-right and bottom-left birds of comparison test images."""
     cfg = sweep.config
     meta = sweep.test_sets["compare"].meta if "compare" in sweep.test_sets else generate(
-        "compare", cfg.n_test, cfg.seeds[0], size=cfg.image_size, split="test", extra_birds=cfg.extra_birds)
+        "compare", cfg.n_test, cfg.seeds[0], size=cfg.image_size, split="test", extra_birds=cfg.extra_birds,
+        scene=cfg.scene)
     order = np.argsort(meta.bird_image, kind="stable")
     tr = meta.bird_xy[order][meta.bird_slot[order] == TOP_RIGHT]
     bl = meta.bird_xy[order][meta.bird_slot[order] == BOTTOM_LEFT]
@@ -132,10 +147,10 @@ def _box(ax: Axes, x0: float, y0: float, x1: float, y1: float, colour: str, styl
                            linewidth=1.2, linestyle=style))
 
 
-def plot_samples(path: Path, image_size: int, seed: int, extra_birds: float) -> None:
+def plot_samples(path: Path, image_size: int, seed: int, extra_birds: float, scene: str) -> None:
     """Six counting and six comparison images with their labels; the compared birds boxed."""
     count = generate("count", 6, seed, size=image_size, split="sample")
-    compare = generate("compare", 6, seed, size=image_size, split="sample", extra_birds=extra_birds)
+    compare = generate("compare", 6, seed, size=image_size, split="sample", extra_birds=extra_birds, scene=scene)
     plt = _pyplot()
     fig, axes = plt.subplots(2, 6, figsize=(12, 4.6))
     for i in range(6):
@@ -302,18 +317,40 @@ def plot_attention(path: Path, sweep: Sweep, summary: AttentionSummary) -> None:
 # -- markdown -----------------------------------------------------------------------
 
 
-def _preset_note(command: str) -> str:
+def _preset_note(command: str, n_test: int) -> str:
     if "--quick" not in command:
         return ""
-    return ("\n> This is the **quick** preset: one seed, fewer models and a short training budget, so the numbers "
-            "are noisy; the Transformer appears only with its longer budget. `tokformer birds` (no `--quick`) runs the "
-            "full sweep over 3 seeds; its report is in the repository under `docs/birds/`.\n")
+    return ("\n> This is the **quick** preset: one seed, fewer models and a shorter budget. It shows that every "
+            "family trains and roughly where each lands; it cannot show a spread over seeds, and with one seed of "
+            f"{n_test} test images a difference under about 0.05 between two rows is within noise. `tokformer birds` "
+            "(no `--quick`) runs the full sweep over 3 seeds.\n")
 
 
-def _extra_text(cfg) -> str:
+def _compare_text(cfg) -> str:
+    """The comparison scene, in words."""
+    if cfg.scene == "twins":
+        return ("a bird in every quadrant, of three species, one of them twice and on a diagonal: on the "
+                "top-right/bottom-left one (\"same\") or on the other (\"different\"). So every image holds one "
+                "species twice and two once, each bird's species alone is uninformative, and no two neighbouring "
+                "quadrants ever hold one species: only relating the two compared birds answers")
     if cfg.extra_birds <= 0:
-        return " and nowhere else (so \"same species\" means both birds of the image match)"
-    return f", plus a distractor bird in each other quadrant with probability {cfg.extra_birds:g}"
+        return ("birds top-right and bottom-left and nowhere else (so \"same species\" means only one species is "
+                "present: a histogram of species answers without relating the birds)")
+    return (f"birds top-right and bottom-left, plus a distractor bird of any species in each other quadrant with "
+            f"probability {cfg.extra_birds:g}")
+
+
+def design_table(cfg, seed: int) -> str:
+    """What each view of the comparison layout can know (exact), and what a logistic regression on the
+    exact feature reaches on this report's test layouts: the comparison must need the compared pair."""
+    exact = {name: float(bayes_accuracy(cfg.scene, view, cfg.extra_birds)) for name, view in VIEWS.items()}
+    fitted = oracle_accuracies(cfg.scene, cfg.extra_birds, seed, cfg.n_test)
+    lines = ["| what a model could know | best possible accuracy from it (exact) |", "|---|---:|",
+             *(f"| {name} | {value:.3f} |" for name, value in exact.items()), "",
+             f"| oracle: logistic regression on the exact feature (fitted on 20,000 training layouts) | "
+             f"test accuracy ({cfg.n_test} test images, seed {seed}) |", "|---|---:|",
+             *(f"| {name} | {value:.3f} |" for name, value in fitted.items())]
+    return "\n".join(lines)
 
 
 def _aux_text(cfg) -> str:
@@ -323,9 +360,19 @@ def _aux_text(cfg) -> str:
             f"appear in the image (multi-label, loss weight {cfg.species_aux:g}; the reported accuracy is "
             "the task head's). That auxiliary target is a sum of local detections, so local-readout CNNs learn "
             "it as well as anyone; it gives every model species features. Without it, a 1-bit same/different "
-            "signal taught no model anything within this budget (all at chance in our calibration runs, "
-            "Transformer and global-head CNN included): learning the species concept from same/different "
+            "signal taught no model anything within this budget (all at chance in the first version's calibration "
+            "runs, Transformer and global-head CNN included): learning the species concept from same/different "
             "alone is a sample-efficiency problem, separate from the receptive-field question asked here.")
+
+
+def _lr_text(cfg) -> str:
+    """The learning rates, as the runs used them."""
+    common = f"lr {cfg.lr:g} with warmup over {100 * cfg.warmup:g}% of the steps, then cosine"
+    if not cfg.per_family:
+        return common + ", the same for every family"
+    chosen = ", ".join(f"{family} {lr:g} ({100 * warmup:g}% warmup)" for family, (lr, warmup) in cfg.per_family.items())
+    return (f"learning rate and warmup per family, chosen on validation images over seeds 0-2 "
+            f"(`benchmarks/birds_calibration.py`): {chosen}; any other family {common}")
 
 
 def _second_text(cfg) -> str:
@@ -335,8 +382,13 @@ def _second_text(cfg) -> str:
             "their share of the image); models sized for one image size cannot run there.")
 
 
-def _pm(mean: float, std: float) -> str:
-    return "—" if math.isnan(mean) else f"{mean:.3f} ± {std:.3f}"
+def _pm(mean: float, std: float, seeds: tuple[float, ...]) -> str:
+    """``mean ± sample std (seed values)``; a single seed is shown alone."""
+    if math.isnan(mean):
+        return "—"
+    if len(seeds) < 2:
+        return f"{mean:.3f}"
+    return f"{mean:.3f} ± {std:.3f} ({' / '.join(f'{a:.3f}' for a in seeds)})"
 
 
 def _acc(value: float) -> str:
@@ -358,7 +410,8 @@ def results_table(rows: list[ModelRow], second_size: int) -> str:
             other = " cannot run (sized for one image) |" if transfer else \
                 f" {_acc(r.count_second)} / {_acc(r.compare_second)} |"
         lines.append(f"| {r.label} | {r.depth} | {rf} | {100 * r.both_birds:.0f}% | {r.parameters:,} | "
-                     f"{_pm(r.count_mean, r.count_std)} | {_pm(r.compare_mean, r.compare_std)} |{other} "
+                     f"{_pm(r.count_mean, r.count_std, r.count_seeds)} | "
+                     f"{_pm(r.compare_mean, r.compare_std, r.compare_seeds)} |{other} "
                      f"{r.seconds:.0f} |")
     return "\n".join(lines)
 
@@ -449,7 +502,7 @@ def write_report(sweep: Sweep, out_dir: str | Path, *, elapsed: float, command: 
     cfg = sweep.config
     rows = table_rows(sweep)
     attention = attention_summary(sweep)
-    plot_samples(out / "samples.png", cfg.image_size, cfg.seeds[0], cfg.extra_birds)
+    plot_samples(out / "samples.png", cfg.image_size, cfg.seeds[0], cfg.extra_birds, cfg.scene)
     plot_accuracy(out / "accuracy_vs_depth.png", rows)
     plot_receptive_fields(out / "receptive_fields.png", sweep)
     if attention is not None:
@@ -482,7 +535,7 @@ def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str
     return f"""# Birds: counting vs comparing far-apart birds — CNNs vs a Transformer
 
 Reproduce: `{command}` ({elapsed / 60:.1f} minutes on this machine; torch threads: {torch.get_num_threads()}).
-{_preset_note(command)}
+{_preset_note(command, cfg.n_test)}
 ## The question
 
 A convolutional network is built on locality: an output unit depends only on the pixels in its
@@ -499,20 +552,30 @@ scale and colours vary within a species; smooth random backgrounds with texture,
 shapes (half of them in bird colours) and pixel noise. Each quadrant holds at most one bird.
 
 - **count**: 1-4 birds, label = number of birds (balanced, chance 0.25).
-- **compare**: birds always top-right and bottom-left{_extra_text(cfg)}; label = same species?
-  (balanced, chance 0.50; each bird's species alone is uninformative).
+- **compare** (scene `{cfg.scene}`): are the top-right and bottom-left birds the same species? Layout:
+  {_compare_text(cfg)} (balanced, chance 0.50).
 
-{cfg.n_train} training and {cfg.n_test} held-out test images per task and seed; the test set comes from
-an independent random stream. Every model gets the same budget: {cfg.steps} AdamW steps of
-{cfg.batch_size} images, lr {cfg.lr} (warmup + cosine), weight decay {cfg.weight_decay}; seeds {seeds}.
+Every model trains on fresh images at every step ({cfg.steps * cfg.batch_size:,} per run at the common budget: no
+image is seen twice, so no family gains by memorising), the same images in the same order for every model of
+a task and seed; {cfg.n_test} held-out test images per task and seed come from an independent random stream.
+Every model gets the same budget: {cfg.steps} AdamW steps of {cfg.batch_size} images, weight decay
+{cfg.weight_decay}, {_lr_text(cfg)}; seeds {seeds}.
 Rows marked *N*x steps train the same model *N* times as many steps (the schedule stretched to fit);
 they are given to the strongest CNN and to the Transformer alike, and compared only with each other.
 {_second_text(cfg)}
-Calibration (the budget, the learning rate, the Transformer's patch size and the local tokenizer's
-CNN) used a validation split, a random stream of its own, never a reported test set: see
-[calibration.md](calibration.md) beside this report when it is there (`benchmarks/birds_calibration.py`).
+The step budget, the Transformer's patch size and the local tokenizer's CNN were calibrated for the
+first version of this experiment (the `pair` scene, a fixed training set) on a validation split, a
+random stream of its own, never a reported test set.
 
 ![samples](samples.png)
+
+### Does the comparison need the two birds?
+
+The layout was fixed before any model was trained on it. What a partial view of it can know,
+computed exactly by enumerating every layout (`tokformer.tasks.birds.design`), and what a logistic
+regression reaches on the exact feature (no pixels: the layout itself) on this report's test images:
+
+{design_table(cfg, cfg.seeds[0])}
 
 ## The models
 
@@ -523,11 +586,14 @@ CNN) used a validation split, a random stream of its own, never a reported test 
   score depends only on its RF, and the mean is additive, so the two birds can only interact inside
   one receptive field. "One unit sees both birds" is the share of comparison test images in which
   some output unit's analytic RF contains both birds' centres.
-- **CNN, global head**: 4 conv + max-pool layers (32 channels), then flatten + MLP: every logit sees
-  every pixel. A stronger, non-local baseline, reported separately.
+- **CNN, global head**: 4 conv + max-pool layers (32 channels), then flatten + the readout: every logit
+  sees every pixel. A stronger, non-local baseline, reported separately.
+- **The readout** of every model that sees the whole image (global-head CNN, both Transformers, the
+  token mixer) is the same: Linear → ReLU → Linear with {READOUT_HIDDEN} hidden units, on the flattened map
+  (CNN) or the mean of the tokens (the others), so a nonlinearity after the mixing is no family's privilege.
 - **Transformer, linear patches**: tokformer's image patch tokenizer ({patch}x{patch} patches, so {tokens} patch
   tokens, 2-D sin/cos positions, plus a class token) → shared pre-norm encoder (d_model {d_model}, {heads} heads)
-  → mean of the patch tokens → linear head. Every token attends to every other from the first layer.
+  → mean of the patch tokens → the readout. Every token attends to every other from the first layer.
 - **Transformer, local CNN tokenizer**: the same, but with {local_patch}x{local_patch} patches ({local_tokens} tokens),
   each computed by a small CNN ({LOCAL_TOKENIZER["cnn_depth"]} stages of 3x3 conv + ReLU + 2x2 max-pool, width
   {LOCAL_TOKENIZER["cnn_width"]} doubling per stage, then a linear map) that sees **its own patch only**
@@ -546,7 +612,8 @@ CNN) used a validation split, a random stream of its own, never a reported test 
 
 {results_table(rows, cfg.second_size)}
 
-Accuracies: held-out test set, mean ± std over {len(seeds_done)} seed(s). Training time: mean
+Accuracies: held-out test set, mean ± sample std (ddof 1) over {len(seeds_done)} seed(s), then each
+seed's value in seed order. Training time: mean
 wall-clock seconds per training run on this machine.
 
 {bullets}

@@ -1,0 +1,143 @@
+"""The sweep's protocol: fresh training images, one readout for every whole-image model, and an
+oracle that shows the comparison needs the compared pair."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from torch import nn
+
+from tokformer.cli import main
+from tokformer.errors import UsageError
+from tokformer.tasks.birds import experiment, run_experiment
+from tokformer.tasks.birds.data import generate
+from tokformer.tasks.birds.design import oracle_accuracies
+from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, make_split
+from tokformer.tasks.birds.models import READOUT_HIDDEN, build_model
+
+CFG = BirdsConfig(image_size=32, batch_size=24)
+
+
+def test_training_batches_never_repeat_an_image_and_cross_chunk_boundaries() -> None:
+    stream = TrainStream(CFG, "compare", seed=0)
+    stream.chunk_size = 40  # 24-image batches straddle chunks 0/1, 1/2, ...
+    batches = [stream.batch(step)[0] for step in range(5)]  # 120 images, chunks 0-2
+    assert all(b.shape == (24, 3, 32, 32) for b in batches)
+    images = torch.cat(batches).flatten(1)
+    assert len(torch.unique(images, dim=0)) == len(images), "an image came back in a later batch"
+    chunk1 = generate("compare", 40, 0, size=32, split="train", scene=CFG.scene, chunk=1).images
+    assert torch.equal(batches[1][16:], torch.from_numpy(chunk1[:8]).permute(0, 3, 1, 2)), "batch 1 = images 24..47"
+
+
+def test_every_model_of_a_task_and_seed_sees_the_same_batches() -> None:
+    first, again = TrainStream(CFG, "count", seed=3), TrainStream(CFG, "count", seed=3)
+    other_seed = TrainStream(CFG, "count", seed=4)
+    for step in (0, 7):
+        for a, b in zip(first.batch(step), again.batch(step), strict=True):
+            assert torch.equal(a, b)
+    assert not torch.equal(first.batch(0)[0], other_seed.batch(0)[0])
+
+
+def test_chunk_zero_is_the_split_as_it_always_was() -> None:
+    plain = generate("count", 4, 5, size=32, split="train")
+    assert torch.equal(torch.from_numpy(plain.images),
+                       torch.from_numpy(generate("count", 4, 5, size=32, split="train", chunk=0).images))
+    assert not (plain.images == generate("count", 4, 5, size=32, split="train", chunk=1).images).all()
+
+
+def test_fixed_splits_are_for_validation_and_test_only() -> None:
+    with pytest.raises(ValueError, match="TrainStream"):
+        make_split(CFG, "count", 0, "train")
+    assert len(make_split(BirdsConfig(image_size=32, n_test=6), "compare", 0, "val").labels) == 6
+
+
+@pytest.mark.parametrize("name", ["global", "transformer-l1", "transformer-local-l1", "mixer-l1"])
+def test_every_whole_image_model_ends_in_the_same_readout(name: str) -> None:
+    head = build_model(name, 5, 32).head
+    layers = [type(m) for m in head]
+    assert layers == [nn.Linear, nn.ReLU, nn.Linear], name
+    assert head[0].out_features == READOUT_HIDDEN and head[2].out_features == 5
+
+
+def test_the_twins_scene_leaves_presence_and_single_birds_at_chance_and_the_pair_decides() -> None:
+    twins = oracle_accuracies("twins", 0.0, seed=0, n_test=1000)
+    pair_only = oracle_accuracies("pair", 0.0, seed=0, n_test=1000)
+    for name, acc in twins.items():
+        if "positive control" in name:
+            assert acc == 1.0, f"{name}: the oracle cannot even read the pair ({acc})"
+        else:  # chance 0.5; one standard error at 1000 images is 0.016
+            assert acc <= 0.55, f"twins, {name}: {acc} — this view answers the comparison"
+    assert pair_only["species present (6 bits)"] == 1.0, "the pair-only scene is answered by the species present"
+
+
+SWEEP = BirdsConfig(image_size=32, n_test=16, second_size=0, steps=2, batch_size=8, models=("mlp", "pool-d1"),
+                    seeds=(0, 1))
+
+
+def test_an_interrupted_sweep_resumes_without_redoing_finished_runs(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "sweep"
+    trained: list[tuple[str, str, int]] = []
+    real_train, dies = experiment.train_model, [("pool-d1", "count", 1)]
+
+    def train(name, task, stream, cfg, seed, device, **options):
+        if (name, task, seed) in dies:
+            raise KeyboardInterrupt  # killed during this run
+        trained.append((name, task, seed))
+        return real_train(name, task, stream, cfg, seed, device, **options)
+
+    monkeypatch.setattr(experiment, "train_model", train)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(out, config=SWEEP, quiet=True)
+    first = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert [(r["model"], r["task"], r["seed"]) for r in first] == trained  # seed 0: both tasks; seed 1: count mlp
+
+    trained.clear()
+    dies.clear()
+    report = run_experiment(out, config=SWEEP, quiet=True)
+    assert trained == [("pool-d1", "count", 1), ("mlp", "compare", 1), ("pool-d1", "compare", 1)], (
+        "only the runs that had not finished are trained again")
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert len(runs) == 8 and len({(r["model"], r["task"], r["seed"]) for r in runs}) == 8
+    assert runs[:5] == first, "finished runs are read back as they were logged"
+    assert "Receptive fields" in report.read_text()  # the analysis ran on the saved first-seed models
+
+
+def test_a_resumed_first_seed_model_is_the_one_that_was_trained(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    one = BirdsConfig(**{**SWEEP.__dict__, "models": ("mlp",), "seeds": (0,)})
+    trained = experiment.run_sweep(one, out=out).models[("mlp", "count")]
+    resumed = experiment.run_sweep(one, out=out).models[("mlp", "count")]
+    for (name, a), b in zip(trained.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_sweep_never_writes_into_a_folder_it_did_not_make(tmp_path: Path) -> None:
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "thesis.md").write_text("three years of work")
+    with pytest.raises(UsageError, match="not empty and holds no birds sweep"):
+        run_experiment(mine, config=SWEEP, quiet=True)
+    assert [p.name for p in mine.iterdir()] == ["thesis.md"]
+    with pytest.raises(UsageError, match="is a file"):
+        run_experiment(mine / "thesis.md", config=SWEEP, quiet=True)
+
+
+def test_a_sweep_of_another_config_is_refused_not_mixed(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    one = BirdsConfig(**{**SWEEP.__dict__, "models": ("mlp",), "seeds": (0,)})
+    run_experiment(out, config=one, quiet=True)
+    before = (out / "runs.jsonl").read_text()
+    with pytest.raises(UsageError, match=r"another configuration \(steps 2 there, 3 now\)"):
+        run_experiment(out, config=BirdsConfig(**{**one.__dict__, "steps": 3}), quiet=True)
+    assert (out / "runs.jsonl").read_text() == before
+
+
+def test_the_cli_says_a_refused_folder_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "x.txt").write_text("mine")
+    result = CliRunner().invoke(main, ["birds", "--quick", "--out", str(tmp_path)])
+    assert result.exit_code != 0 and "holds no birds sweep" in result.output
+    assert "Traceback" not in result.output
