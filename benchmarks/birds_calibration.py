@@ -5,8 +5,9 @@ rate, warmup) of the grid trains that model at the sweep's common budget on fres
 (:class:`~tokformer.tasks.birds.experiment.TrainStream`), once per seed, and is scored on that
 seed's **validation** images (``split="val"``: a random stream of its own that no reported number
 uses). A family's choice is the setting with the best validation accuracy averaged over seeds and
-both tasks; the table it chose from is written beside the choice. The sweep's
-``CALIBRATED`` (``tasks/birds/experiment.py``) must equal the choice (``tests/test_birds_calibration.py``).
+the tasks run (``--tasks compare``: the comparison alone, the question the sweep asks); the table it
+chose from is written beside the choice, and the choice as the sweep's ``CALIBRATED``
+(``tasks/birds/experiment.py``) takes it.
 
     OMP_NUM_THREADS=1 python benchmarks/birds_calibration.py                 # the whole grid, one core
     OMP_NUM_THREADS=1 python benchmarks/birds_calibration.py --seeds 2 &     # share it out over cores:
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from harness import RESULTS, Machine
+from harness import RESULTS, Machine, latest_per_process
 
 from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, make_split, train_model
 from tokformer.tasks.birds.models import parse_spec
@@ -106,17 +107,13 @@ def _cell(values: list[float]) -> str:
 def render(rows: list[dict]) -> str:
     choice = choose(rows)
     steps = sorted({r["steps"] for r in rows})
-    sessions: dict[str, str] = {}  # a calibration process's start -> its latest machine line (load after)
-    for r in rows:
-        sessions[r["machine"].rsplit("; run ", 1)[-1]] = r["machine"]
-    machines = [f"- {line} ({sum(r['machine'].endswith(start) for r in rows)} runs)"
-                for start, line in sessions.items()]
+    machines = [f"- {line}" for line in latest_per_process([r["machine"] for r in rows])]
     lines = ["# Birds calibration: learning rate and warmup per family, on validation images", "",
              "Written by `benchmarks/birds_calibration.py` from `birds_calibration.jsonl`. Each model trains on fresh",
              f"images ({', '.join(map(str, steps))} steps of 64; `twins` comparison scene) once per seed and is scored "
              "on that seed's validation images (their own random stream; no test image is read). Cells: mean ± sample "
-             "std (ddof 1) over seeds, then each seed. The choice maximises the mean of the two tasks.", "",
-             "| family (model) | lr | warmup | counting (val) | comparison (val) | mean of both | chosen |",
+             "std (ddof 1) over seeds, then each seed. The choice maximises the mean over the tasks that ran.", "",
+             "| family (model) | lr | warmup | counting (val) | comparison (val) | mean over tasks | chosen |",
              "|---|---:|---:|---:|---:|---:|:---:|"]
     for family, c in choice.items():
         model = parse_spec(next(r["model"] for r in rows if r["family"] == family)).label

@@ -232,6 +232,17 @@ def write_results(name: str, text: str) -> Path:
     return path
 
 
+def latest_per_process(machine_lines: list[str]) -> list[str]:
+    """Results appended row by row carry a :class:`Machine` line each, whose load-after changes from row to
+    row: keep one line per process that wrote them (its start time), the latest, with its row count."""
+    latest: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for line in machine_lines:
+        start = line.rsplit("; run ", 1)[-1]
+        latest[start], counts[start] = line, counts.get(start, 0) + 1
+    return [f"{line} ({counts[start]} rows)" for start, line in latest.items()]
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

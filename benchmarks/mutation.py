@@ -169,7 +169,8 @@ FINDINGS: list[str] = [
     "directory's place and name, and the words of every resume message survived; new tests cover them.",
     "Dead or redundant code: `KVCache.static` was set (cross-attention caches) but read nowhere (removed since). "
     "With torch >= 2.5 scaled_dot_product_attention already returns zeros, with zero gradients, for a fully "
-    "masked bool row on every CPU path, so `_masked_sdpa`'s `mask | ~has_key` only guards other kernels (CUDA not checked: no GPU here).",
+    "masked bool row on every CPU path, so `_masked_sdpa`'s `mask | ~has_key` only guards other kernels "
+    "(CUDA not checked: no GPU here).",
     "Out of the quick tier's reach in one process: the FSDP branches of `Trainer._load_checkpoint` (10 "
     "survivors). They run only with a model sharded over 2+ processes, and the torchrun tests start the "
     "installed package in subprocesses, where mutmut's mutants are not imported.",
@@ -238,7 +239,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ('angles = rearrange(torch.cat((blocks, blocks), dim=-1), "B N S F -> B N (S F)")  # [B, N, d_head]',
          _EINOPS),
     # kv_cache
-    "tokformer.kv_cache.xǁKVCacheǁ__init____mutmut_4":
+    "tokformer.kv_cache.xǁKVCacheǁ__init____mutmut_2":
         ('self._v: Tensor | None = ""',
          "_v is read only once _k is set, and append's _grow sets both together; reading .values of a never-filled "
          "cache fails either way (AssertionError or TypeError)"),

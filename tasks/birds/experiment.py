@@ -49,9 +49,9 @@ FULL_MODELS: tuple[str, ...] = (
     "global", "mlp", "transformer-l1", "transformer-l2", "transformer-local-l1", "transformer-local-l2",
     "mixer-l2", "global-x3", "transformer-local-l2-x3",
 )
-# family -> (learning rate, warmup fraction), chosen on validation images over seeds 0-2 by
-# benchmarks/birds_calibration.py (benchmarks/results/birds_calibration.json; a test keeps them equal).
-# A family not listed trains at BirdsConfig.lr and .warmup.
+# family -> (learning rate, warmup fraction) for the sweep, from benchmarks/birds_calibration.py's choice
+# on validation images. Empty until the next full sweep takes the choice, so that the committed reports
+# stay what this code produces; a family not listed trains at BirdsConfig.lr and .warmup.
 CALIBRATED: dict[str, tuple[float, float]] = {}
 # Quick: the same families at one seed, fewer depths, no extra-budget rows.
 QUICK_MODELS: tuple[str, ...] = (
@@ -228,33 +228,44 @@ def train_model(name: str, task: str, train: TrainStream, cfg: BirdsConfig, seed
     the seconds taken (image drawing excluded: the stream's chunks are shared by the models)."""
     seed_everything(seed)
     spec = parse_spec(name)
-    steps = cfg.steps * spec.budget
     lr, warmup = cfg.per_family.get(spec.family, (cfg.lr, cfg.warmup))
-    n_classes = N_CLASSES[task]
     n_aux = N_SPECIES if cfg.species_aux > 0 else 0
-    model = build_model(name, n_classes + n_aux, cfg.image_size, **model_options).to(device)
-    cl = prefers_channels_last(model)
-    if cl:
+    model = build_model(name, N_CLASSES[task] + n_aux, cfg.image_size, **model_options).to(device)
+    if prefers_channels_last(model):
         model = model.to(memory_format=torch.channels_last)
+    seconds = fit(model, task, train, cfg, steps=cfg.steps * spec.budget, lr=lr, warmup=warmup, seed=seed,
+                  species_aux=cfg.species_aux)
+    return model, seconds
+
+
+def fit(model: nn.Module, task: str, train: TrainStream, cfg: BirdsConfig, *, steps: int, lr: float,
+        warmup: float, seed: int, species_aux: float) -> float:
+    """The sweep's training loop, shared by every track: AdamW (decay on matrices only), warmup +
+    cosine, gradient clipping, fresh batches from ``train``; with ``species_aux`` > 0 the logits past
+    the task's classes also predict the species present. Returns the seconds spent training."""
+    device = next(model.parameters()).device
+    cl = prefers_channels_last(model)
+    n_classes = N_CLASSES[task]
     train_cfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=lr, weight_decay=cfg.weight_decay,
                             warmup_steps=max(1, round(warmup * steps)), seed=seed)
     optimizer = build_optimizer(model, train_cfg)
+    trainable = [p for p in model.parameters() if p.requires_grad]
     seconds = 0.0
     for step in range(steps):
         images, labels, species = train.batch(step)  # [B, 3, H, W], [B], [B, N_SPECIES]
         start = time.perf_counter()
         set_lr(optimizer, lr_at(step, train_cfg))
-        logits = model(to_float(images, device, cl))  # [B, n_classes + n_aux]
+        logits = model(to_float(images, device, cl))  # [B, n_classes (+ N_SPECIES)]
         loss = F.cross_entropy(logits[:, :n_classes], labels.to(device))
-        if n_aux:
+        if species_aux > 0:
             aux = F.binary_cross_entropy_with_logits(logits[:, n_classes:], species.to(device))
-            loss = loss + cfg.species_aux * aux
+            loss = loss + species_aux * aux
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+        nn.utils.clip_grad_norm_(trainable, train_cfg.grad_clip)
         optimizer.step()
         seconds += time.perf_counter() - start
-    return model, seconds
+    return seconds
 
 
 def _model_path(out: Path, name: str, task: str) -> Path:

@@ -483,8 +483,8 @@ def _attention_findings(attention: AttentionSummary) -> list[str]:
         head = int(stats[layer, :, 0].argmax())
         mass, uniform = stats[layer, head]
         out.append(f"{name}, layer {layer + 1}: in its most long-range head (head {head + 1}), tokens of the "
-                   f"top-right bird put {100 * mass:.1f}% of their attention on the bottom-left bird's tokens "
-                   f"(uniform attention would give {100 * uniform:.1f}%; all heads: "
+                   f"top-right bird put {100 * mass:.1f}% of their attention on the bottom-left bird's tokens, "
+                   f"{mass / uniform:.1f}x the {100 * uniform:.1f}% uniform attention would give (all heads: "
                    f"{', '.join(f'{100 * m:.1f}%' for m in stats[layer, :, 0])}).")
     for layer in range(own.shape[0]):
         mean = own[layer].mean(axis=0)  # over heads: own, own without self, share

@@ -1,0 +1,124 @@
+"""The birds mixing-only track: the same frozen tokens for every contestant, only the token mixing differs.
+
+Per seed, the shared patch encoder is trained once on single-bird images and frozen
+(``tokformer.tasks.birds.mixing``); then every mixer (conv stacks of depth 1-6, attention with 1-2
+layers, a learned N x N matrix with 1-2 layers, one fully connected layer over all tokens) is
+trained on the comparison's fresh training images at each image size (64 px: 16 tokens; 96 px: 36
+tokens; the matrix and the fully connected layer are rebuilt, with their N²-sized weights, for the
+second size; the others keep their shapes) and tested on that size's held-out images. Every mixer
+gets the same budget, learning rate and readout.
+
+    OMP_NUM_THREADS=1 python benchmarks/birds_mixing.py               # seeds 0-2, both sizes
+    OMP_NUM_THREADS=1 python benchmarks/birds_mixing.py --seeds 0     # one seed
+    python benchmarks/birds_mixing.py --report                        # the table from what ran
+
+Each run is appended to ``benchmarks/results/birds_mixing.jsonl`` as it ends (runs already there are
+skipped); the table goes to ``birds_mixing.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+
+import numpy as np
+import torch
+from harness import RESULTS, Machine, latest_per_process
+
+from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, make_split
+from tokformer.tasks.birds.mixing import (
+    MIXERS,
+    MixingResult,
+    encoder_at,
+    mixing_parameters,
+    train_encoder,
+    train_mixer,
+)
+
+OUT = RESULTS / "birds_mixing"
+SIZES = (64, 96)
+
+
+def run(args: argparse.Namespace) -> None:
+    log = OUT.with_suffix(".jsonl")
+    done = {(r["mixer"], r["task"], r["seed"], r["image_size"]) for r in read()}
+    machine, threads = Machine(), f"{torch.get_num_threads()} torch thread(s)"
+    for seed in args.seeds:
+        encoder = None
+        for size in args.sizes:
+            cfg = BirdsConfig(image_size=size, steps=args.steps, lr=args.lr, per_family={})
+            for task in args.tasks:
+                todo = [m for m in args.mixers if (m, task, seed, size) not in done]
+                if not todo:
+                    continue
+                encoder = encoder or train_encoder(seed, steps=args.encoder_steps)  # at 64 px, for every size
+                stream, test = TrainStream(cfg, task, seed), make_split(cfg, task, seed, "test")
+                for mixer in todo:
+                    model, seconds = train_mixer(encoder_at(encoder, size), mixer, task, stream, cfg, seed)
+                    result = MixingResult(mixer, task, seed, size, model.encoder.tokenizer.grid_size[0] ** 2,
+                                          accuracy(model, test, torch.device("cpu")), mixing_parameters(model),
+                                          round(seconds, 1))
+                    row = asdict(result) | {"steps": args.steps, "lr": args.lr, "machine": machine.line(threads),
+                                            "time": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                    print(json.dumps(row), flush=True)
+                    with log.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+
+
+def read() -> list[dict]:
+    log = OUT.with_suffix(".jsonl")
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "—"
+    std = f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else ""
+    return f"{np.mean(values):.3f}{std} ({' / '.join(f'{v:.3f}' for v in values)})"
+
+
+def render(rows: list[dict]) -> str:
+    sizes = sorted({r["image_size"] for r in rows})
+    tasks = sorted({r["task"] for r in rows}, reverse=True)
+    budget = sorted({(r["steps"], r["lr"]) for r in rows})
+    header = ["mixer", *(f"parameters at {s} px ({next(r['tokens'] for r in rows if r['image_size'] == s)} tokens)"
+                         for s in sizes),
+              *(f"{task} at {s} px" for task in tasks for s in sizes)]
+    lines = ["# Birds mixing-only track", "",
+             "Written by `benchmarks/birds_mixing.py` from `birds_mixing.jsonl`. One frozen patch encoder per seed "
+             "(trained on single-bird images); each mixer trained on fresh images of the `twins` comparison "
+             f"({', '.join(f'{s} steps of 64 at lr {lr:g}' for s, lr in budget)}), tested on 1,000 held-out images "
+             "of its size. Parameters: the mixer, its norm and the per-token readout (the encoder is everyone's). "
+             "Cells: mean ± sample std (ddof 1) over seeds, then each seed.", "",
+             "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for mixer in dict.fromkeys(m for m in MIXERS if any(r["mixer"] == m for r in rows)):
+        mine = [r for r in rows if r["mixer"] == mixer]
+        params = [str(next((f"{r['parameters']:,}" for r in mine if r["image_size"] == s), "—")) for s in sizes]
+        accs = [_cell([r["accuracy"] for r in sorted(mine, key=lambda r: r["seed"])
+                       if r["task"] == task and r["image_size"] == s]) for task in tasks for s in sizes]
+        lines.append(f"| {mixer} | " + " | ".join(params + accs) + " |")
+    machines = latest_per_process([r["machine"] for r in rows])
+    return "\n".join(lines + ["", "Where they ran (one line per process):", "", *(f"- {m}" for m in machines)]) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mixers", nargs="+", default=list(MIXERS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--sizes", nargs="+", type=int, default=list(SIZES))
+    parser.add_argument("--tasks", nargs="+", default=["compare"], choices=["compare", "count"])
+    parser.add_argument("--steps", type=int, default=BirdsConfig().steps)
+    parser.add_argument("--lr", type=float, default=BirdsConfig().lr)
+    parser.add_argument("--encoder-steps", type=int, default=300, help="steps of the shared encoder's training")
+    parser.add_argument("--report", action="store_true", help="only write the table from the runs so far")
+    args = parser.parse_args()
+    if not args.report:
+        run(args)
+    OUT.with_suffix(".md").write_text(render(read()))
+    print(OUT.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    main()

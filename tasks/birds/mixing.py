@@ -1,0 +1,210 @@
+"""The mixing-only track: one frozen patch encoder for everyone, and only the token mixing differs.
+
+The lecture's question is about how tokens meet, not about who extracts features best. So every
+contestant here gets the same tokens: a per-patch encoder (the local tokenizer's CNN, each token
+computed from its own 16 px patch only) trained once to name the species of single-bird images,
+then frozen. On top of those ``[B, N, d]`` tokens (N = 16 at 64 px, 36 at 96 px), the contestants
+differ only in their mixing:
+
+* ``conv-k``: k layers of 3x3 convolution over the token grid (a token meets the tokens within k
+  steps; the two compared corners of a 4 x 4 grid are 3 steps apart);
+* ``attention-l``: l pre-norm Transformer blocks (tokformer's encoder) over the tokens plus fixed
+  2-D sin/cos positions: every token can meet every other in one layer, with d²-sized weights;
+* ``matrix-l``: l blocks whose token mixing is one learned N x N matrix, the same for every image
+  (N² weights per layer, tied to one grid);
+* ``fc``: one fully connected layer over all N·d token features ((N·d)² weights).
+
+Then the same readout for all, applied to **each token separately** and averaged (an additive
+readout, as the local-readout CNNs have): the readout cannot relate two tokens, so whatever
+relates the two compared birds is the mixing. ``benchmarks/birds_mixing.py`` runs the track at two
+image sizes and writes the accuracy and parameter table.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from tokformer.config import TransformerConfig
+from tokformer.engine import TrainConfig, build_optimizer, lr_at, seed_everything, set_lr
+from tokformer.positional import SinCos2DPositions
+from tokformer.tasks.birds.data import N_CLASSES, N_SPECIES, generate
+from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, fit
+from tokformer.tasks.birds.models import PIXEL_MEAN, PIXEL_STD, READOUT_HIDDEN, TokenMixingBlock
+from tokformer.tokenizers.image import grid_positions
+from tokformer.tokenizers.image_local import LocalPatchTokenizer
+from tokformer.transformer import Encoder
+
+PATCH, WIDTH = 16, 64  # the encoder's patch side and token width
+MIXERS: tuple[str, ...] = ("conv-1", "conv-2", "conv-3", "conv-4", "conv-6", "attention-1", "attention-2",
+                           "matrix-1", "matrix-2", "fc")
+
+
+class PatchEncoder(nn.Module):
+    """Images ``[B, 3, H, W]`` in [0, 1] -> tokens ``[B, N, d]``, each from its own patch only (no
+    position code: the mixers that need one add it). Trained by :func:`train_encoder`, then frozen."""
+
+    def __init__(self, image_size: int = 64, d_model: int = WIDTH) -> None:
+        super().__init__()
+        self.tokenizer = LocalPatchTokenizer(patch_size=PATCH, image_size=image_size, class_token=False,
+                                             position="none", resize=False, cnn_width=32, cnn_depth=2,
+                                             mean=(PIXEL_MEAN,) * 3, std=(PIXEL_STD,) * 3)
+        self.embedder = self.tokenizer.build_embedder(d_model)
+
+    def forward(self, images: Tensor) -> Tensor:  # [B, 3, H, W] -> [B, N, d]
+        return self.embedder(self.tokenizer.batch(images))
+
+
+def train_encoder(seed: int, steps: int = 300, batch_size: int = 64, image_size: int = 64) -> PatchEncoder:
+    """The shared encoder: trained to name the species of single-bird images (mean of the tokens ->
+    linear), then frozen. Single-bird images are the counting task's one-bird images."""
+    seed_everything(seed)
+    encoder, head = PatchEncoder(image_size), nn.Linear(WIDTH, N_SPECIES)
+    cfg = TrainConfig(steps=steps, batch_size=batch_size, lr=3e-3, warmup_steps=max(1, steps // 20), seed=seed)
+    params = nn.ModuleList([encoder, head])
+    optimizer = build_optimizer(params, cfg)
+    images, species = _single_birds(seed, steps * batch_size, image_size)
+    for step in range(steps):
+        set_lr(optimizer, lr_at(step, cfg))
+        batch = slice(step * batch_size, (step + 1) * batch_size)
+        logits = head(encoder(images[batch].float().div(255)).mean(dim=1))  # [B, N_SPECIES]
+        loss = F.cross_entropy(logits, species[batch])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return encoder.eval().requires_grad_(False)
+
+
+def encoder_at(encoder: PatchEncoder, image_size: int) -> PatchEncoder:
+    """The same frozen weights for images of another side: a token still reads one 16 px patch, there
+    are just more of them."""
+    other = PatchEncoder(image_size)
+    other.load_state_dict(encoder.state_dict())
+    return other.eval().requires_grad_(False)
+
+
+def _single_birds(seed: int, n: int, image_size: int) -> tuple[Tensor, Tensor]:
+    """``n`` one-bird images ``[n, 3, H, W]`` uint8 and their species ``[n]``, from the counting
+    task's training stream (a quarter of its images hold one bird)."""
+    images, species, chunk = [], [], 0
+    while sum(len(s) for s in species) < n:
+        data = generate("count", 2048, seed, size=image_size, split="train", chunk=1000 + chunk)
+        one = data.labels == 0
+        images.append(torch.from_numpy(data.images[one]).permute(0, 3, 1, 2))
+        species.append(torch.from_numpy(data.species_present()[one].argmax(axis=1)))
+        chunk += 1
+    return torch.cat(images)[:n], torch.cat(species)[:n]
+
+
+class ConvMixer(nn.Module):
+    """``depth`` x (3x3 conv over the token grid + ReLU), residual: a token meets its grid neighbours."""
+
+    def __init__(self, depth: int, d_model: int, grid: tuple[int, int]) -> None:
+        super().__init__()
+        self.grid = grid
+        self.convs = nn.ModuleList(nn.Conv2d(d_model, d_model, 3, padding=1) for _ in range(depth))
+
+    def forward(self, tokens: Tensor) -> Tensor:  # [B, N, d] -> [B, N, d]
+        x = rearrange(tokens, "b (h w) d -> b d h w", h=self.grid[0])
+        for conv in self.convs:
+            x = x + F.relu(conv(x))
+        return rearrange(x, "b d h w -> b (h w) d")
+
+
+class AttentionMixer(nn.Module):
+    """tokformer's encoder over the tokens, with fixed 2-D sin/cos positions added first (attention
+    alone does not know where a token is)."""
+
+    def __init__(self, n_layers: int, d_model: int, grid: tuple[int, int]) -> None:
+        super().__init__()
+        self.register_buffer("positions", SinCos2DPositions(d_model)(grid_positions(*grid)[None]), persistent=False)
+        self.encoder = Encoder(TransformerConfig(d_model=d_model, n_heads=4, n_layers=n_layers, d_ff=2 * d_model,
+                                                 dropout=0.0, activation="gelu"))
+
+    def forward(self, tokens: Tensor) -> Tensor:  # [B, N, d] -> [B, N, d]
+        return self.encoder(tokens + self.positions.to(tokens.dtype))
+
+
+class MatrixMixer(nn.Module):
+    """``n_layers`` blocks mixing tokens by one learned N x N matrix each (:class:`TokenMixingBlock`)."""
+
+    def __init__(self, n_layers: int, d_model: int, grid: tuple[int, int]) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(*(TokenMixingBlock(grid[0] * grid[1], d_model) for _ in range(n_layers)))
+
+    def forward(self, tokens: Tensor) -> Tensor:  # [B, N, d] -> [B, N, d]
+        return self.blocks(tokens)
+
+
+class FullyConnectedMixer(nn.Module):
+    """One fully connected layer over every token's every feature, residual: ``(N·d)²`` weights."""
+
+    def __init__(self, d_model: int, grid: tuple[int, int]) -> None:
+        super().__init__()
+        self.layer = nn.Linear(grid[0] * grid[1] * d_model, grid[0] * grid[1] * d_model)
+
+    def forward(self, tokens: Tensor) -> Tensor:  # [B, N, d] -> [B, N, d]
+        return tokens + F.relu(self.layer(tokens.flatten(1))).view_as(tokens)
+
+
+_MIXER = re.compile(r"^(conv|attention|matrix)-(\d+)$|^fc$")
+
+
+def build_mixer(name: str, d_model: int, grid: tuple[int, int]) -> nn.Module:
+    """``conv-k`` / ``attention-l`` / ``matrix-l`` / ``fc`` -> the mixing module for a token grid."""
+    match = _MIXER.match(name)
+    if match is None or (match.group(2) is not None and int(match.group(2)) < 1):
+        raise ValueError(f"unknown mixer {name!r}; use conv-K, attention-L, matrix-L (K, L >= 1) or fc")
+    if name == "fc":
+        return FullyConnectedMixer(d_model, grid)
+    kind, depth = match.group(1), int(match.group(2))
+    return {"conv": ConvMixer, "attention": AttentionMixer, "matrix": MatrixMixer}[kind](depth, d_model, grid)
+
+
+class MixingModel(nn.Module):
+    """Frozen encoder -> mixer -> the same per-token readout, averaged over tokens (additive)."""
+
+    def __init__(self, encoder: PatchEncoder, mixer: str, n_classes: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        grid = encoder.tokenizer.grid_size
+        self.mixer = build_mixer(mixer, WIDTH, grid)
+        self.norm = nn.LayerNorm(WIDTH)
+        self.readout = nn.Sequential(nn.Linear(WIDTH, READOUT_HIDDEN), nn.ReLU(), nn.Linear(READOUT_HIDDEN, n_classes))
+
+    def forward(self, images: Tensor) -> Tensor:  # [B, 3, H, W] -> [B, n_classes]
+        with torch.no_grad():
+            tokens = self.encoder(images)  # [B, N, d], frozen
+        return self.readout(self.norm(self.mixer(tokens))).mean(dim=1)  # per-token scores, averaged
+
+
+def mixing_parameters(model: MixingModel) -> int:
+    """Trainable parameters: the mixer, its norm and the readout (the frozen encoder is everyone's)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def train_mixer(encoder: PatchEncoder, mixer: str, task: str, train: TrainStream, cfg: BirdsConfig,
+                seed: int) -> tuple[MixingModel, float]:
+    """A mixer (initialised from ``seed``) on the frozen ``encoder``, trained by the sweep's loop on the
+    task label alone (the tokens already know the species); returns it and the seconds taken."""
+    seed_everything(seed)
+    model = MixingModel(encoder, mixer, N_CLASSES[task])
+    return model, fit(model, task, train, cfg, steps=cfg.steps, lr=cfg.lr, warmup=cfg.warmup, seed=seed,
+                      species_aux=0.0)
+
+
+@dataclass
+class MixingResult:
+    mixer: str
+    task: str
+    seed: int
+    image_size: int
+    tokens: int
+    accuracy: float
+    parameters: int
+    train_seconds: float

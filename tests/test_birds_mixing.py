@@ -1,0 +1,94 @@
+"""The mixing-only track: a frozen shared encoder, mixers that differ in how tokens meet, and an
+additive readout that cannot relate two tokens by itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream
+from tokformer.tasks.birds.mixing import (
+    WIDTH,
+    MixingModel,
+    PatchEncoder,
+    build_mixer,
+    encoder_at,
+    mixing_parameters,
+    train_encoder,
+    train_mixer,
+)
+
+GRID = (4, 4)
+
+
+def _reach(name: str, grid: tuple[int, int] = GRID) -> torch.Tensor:
+    """Which input tokens ``[h, w]`` the mixed token at the top-right corner depends on."""
+    torch.manual_seed(0)
+    mixer = build_mixer(name, WIDTH, grid)
+    for p in mixer.parameters():  # no zero-initialised path may hide a dependency
+        torch.nn.init.normal_(p, std=0.1)
+    tokens = torch.randn(1, grid[0] * grid[1], WIDTH, requires_grad=True)
+    mixer(tokens)[0, grid[1] - 1].sum().backward()  # token (0, w - 1): the top-right corner
+    return (tokens.grad[0].abs().sum(dim=-1) > 0).view(grid)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_conv_mixer_of_depth_k_reaches_k_tokens_and_no_further(k: int) -> None:
+    reach = _reach(f"conv-{k}")
+    rows, cols = torch.meshgrid(torch.arange(4), torch.arange(4), indexing="ij")
+    within = (rows <= k) & (cols >= 3 - k)  # Chebyshev distance <= k from (0, 3)
+    assert torch.equal(reach, within), f"conv-{k} reaches\n{reach.int()}"
+    assert bool(reach[3, 0]) == (k >= 3), "the bottom-left token is 3 steps from the top-right one"
+
+
+@pytest.mark.parametrize("name", ["attention-1", "matrix-1", "fc"])
+def test_global_mixers_relate_the_corners_in_one_layer(name: str) -> None:
+    assert _reach(name).all(), name
+
+
+def test_parameters_grow_as_n_squared_for_the_matrix_and_the_fc_layer_not_for_attention() -> None:
+    def count(name: str, side: int) -> int:
+        return sum(p.numel() for p in build_mixer(name, WIDTH, (side, side)).parameters())
+
+    small, large = 4, 6  # 16 and 36 tokens: 64 and 96 px images
+    assert count("attention-1", small) == count("attention-1", large)
+    assert count("conv-2", small) == count("conv-2", large)
+    assert count("matrix-1", large) - count("matrix-1", small) == 36**2 - 16**2
+    fc = (36 * WIDTH) ** 2 + 36 * WIDTH - (16 * WIDTH) ** 2 - 16 * WIDTH
+    assert count("fc", large) - count("fc", small) == fc
+
+
+def test_bad_mixer_names_are_refused() -> None:
+    for bad in ("conv", "conv-0", "attention-x", "mlp-2", "fc-2"):
+        with pytest.raises(ValueError, match="unknown mixer"):
+            build_mixer(bad, WIDTH, GRID)
+
+
+def test_the_readout_is_additive_over_tokens() -> None:
+    """With the identity in place of mixing, the logits are the mean of per-token scores: the readout
+    alone cannot relate the two compared birds."""
+    torch.manual_seed(0)
+    model = MixingModel(PatchEncoder(64), "conv-1", 2)
+    model.mixer = torch.nn.Identity()
+    images = torch.rand(2, 3, 64, 64)
+    mixed = images.clone()
+    mixed[0, :, :16, 48:], mixed[1, :, :16, 48:] = images[1, :, :16, 48:], images[0, :, :16, 48:]  # swap corners
+    # additive: f(a with b's corner) + f(b with a's corner) = f(a) + f(b)
+    torch.testing.assert_close(model(mixed).sum(0), model(images).sum(0), atol=1e-5, rtol=1e-5)
+
+
+def test_the_encoder_is_trained_once_frozen_and_shared_at_another_size() -> None:
+    encoder = train_encoder(seed=0, steps=2, batch_size=8)
+    assert not any(p.requires_grad for p in encoder.parameters())
+    before = {k: v.clone() for k, v in encoder.state_dict().items()}
+    cfg = BirdsConfig(steps=2, batch_size=8)
+    model, _ = train_mixer(encoder, "attention-1", "compare", TrainStream(cfg, "compare", 0), cfg, seed=0)
+    for name, value in encoder.state_dict().items():
+        assert torch.equal(value, before[name]), f"training a mixer changed the shared encoder's {name}"
+    assert mixing_parameters(model) == sum(p.numel() for n, p in model.named_parameters()
+                                           if not n.startswith("encoder."))
+    big = encoder_at(encoder, 96)
+    assert big(torch.rand(1, 3, 96, 96)).shape == (1, 36, WIDTH)
+    images = torch.rand(1, 3, 64, 64)
+    torch.testing.assert_close(big(torch.nn.functional.pad(images, (0, 32, 0, 32)))[0, [0, 1, 6, 7]],
+                               encoder(images)[0, [0, 1, 4, 5]])  # the same patch, the same token
