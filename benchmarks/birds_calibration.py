@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from harness import RESULTS, Machine, latest_per_process
+from harness import RESULTS, Machine, latest_per_process, over_seeds
 
 from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, make_split, train_model
 from tokformer.tasks.birds.models import parse_spec
@@ -97,13 +97,6 @@ def choose(rows: list[dict]) -> dict[str, dict]:
     return choice
 
 
-def _cell(values: list[float]) -> str:
-    if not values:
-        return "—"
-    std = f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else ""
-    return f"{np.mean(values):.3f}{std} ({' / '.join(f'{v:.3f}' for v in values)})"
-
-
 def render(rows: list[dict]) -> str:
     choice = choose(rows)
     steps = sorted({r["steps"] for r in rows})
@@ -119,8 +112,8 @@ def render(rows: list[dict]) -> str:
         model = parse_spec(next(r["model"] for r in rows if r["family"] == family)).label
         for (lr, warmup), by_task in sorted(c["grid"].items()):
             chosen = "**yes**" if (lr, warmup) == (c["lr"], c["warmup"]) else ""
-            lines.append(f"| {model} | {lr:g} | {warmup:g} | {_cell(by_task.get('count', []))} | "
-                         f"{_cell(by_task.get('compare', []))} | {c['score'][(lr, warmup)]:.3f} | {chosen} |")
+            lines.append(f"| {model} | {lr:g} | {warmup:g} | {over_seeds(by_task.get('count', []))} | "
+                         f"{over_seeds(by_task.get('compare', []))} | {c['score'][(lr, warmup)]:.3f} | {chosen} |")
     lines += ["", "Chosen (the sweep's `CALIBRATED`):", "", "```python",
               "CALIBRATED = {" + ", ".join(f'"{f}": ({c["lr"]:g}, {c["warmup"]:g})' for f, c in choice.items()) + "}",
               "```", "", "Where they ran (one line per calibration process):", "", *machines]

@@ -23,9 +23,8 @@ import json
 import time
 from dataclasses import asdict
 
-import numpy as np
 import torch
-from harness import RESULTS, Machine, latest_per_process
+from harness import RESULTS, Machine, latest_per_process, over_seeds
 
 from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, make_split
 from tokformer.tasks.birds.mixing import (
@@ -72,13 +71,6 @@ def read() -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def _cell(values: list[float]) -> str:
-    if not values:
-        return "—"
-    std = f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else ""
-    return f"{np.mean(values):.3f}{std} ({' / '.join(f'{v:.3f}' for v in values)})"
-
-
 def render(rows: list[dict]) -> str:
     sizes = sorted({r["image_size"] for r in rows})
     tasks = sorted({r["task"] for r in rows}, reverse=True)
@@ -96,7 +88,7 @@ def render(rows: list[dict]) -> str:
     for mixer in dict.fromkeys(m for m in MIXERS if any(r["mixer"] == m for r in rows)):
         mine = [r for r in rows if r["mixer"] == mixer]
         params = [str(next((f"{r['parameters']:,}" for r in mine if r["image_size"] == s), "—")) for s in sizes]
-        accs = [_cell([r["accuracy"] for r in sorted(mine, key=lambda r: r["seed"])
+        accs = [over_seeds([r["accuracy"] for r in sorted(mine, key=lambda r: r["seed"])
                        if r["task"] == task and r["image_size"] == s]) for task in tasks for s in sizes]
         lines.append(f"| {mixer} | " + " | ".join(params + accs) + " |")
     machines = latest_per_process([r["machine"] for r in rows])

@@ -243,6 +243,17 @@ def latest_per_process(machine_lines: list[str]) -> list[str]:
     return [f"{line} ({counts[start]} rows)" for start, line in latest.items()]
 
 
+def over_seeds(values: Sequence[float]) -> str:
+    """One table cell for a metric over seeds: ``mean ± sample std (ddof 1) (each seed)``; ``—`` for none."""
+    if not values:
+        return "—"
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.3f}"
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return f"{mean:.3f} ± {std:.3f} ({' / '.join(f'{v:.3f}' for v in values)})"
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
