@@ -28,7 +28,6 @@ from torch import Tensor, nn
 
 from tokformer.engine import TrainConfig, build_optimizer, lr_at, progress, seed_everything, set_lr
 from tokformer.errors import UsageError
-from tokformer.store.atomic import write_json_atomic
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, BirdImages, Scene, generate
 from tokformer.tasks.birds.models import build_model, parse_spec, prefers_channels_last
 from tokformer.tasks.birds.report import write_report
@@ -280,6 +279,13 @@ def _save_model(model: nn.Module, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _write_json(path: Path, data: Any) -> None:
+    """``data`` as JSON, written whole or not at all (the engine's store is a layer above tasks)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
 def _config_record(cfg: BirdsConfig) -> dict[str, Any]:
     """What decides a sweep's numbers (the device is left out: where it ran is not what it is)."""
     return {k: v for k, v in json.loads(json.dumps(asdict(cfg))).items() if k != "device"}
@@ -336,7 +342,7 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
     done = {(r.model, r.task, r.seed): r for r in finished_runs(out, cfg)} if out is not None else {}
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / SWEEP_FILE, _config_record(cfg))
+        _write_json(out / SWEEP_FILE, _config_record(cfg))
         if done:
             log.info("resuming the sweep in %s: %d of %d runs already done", out, len(done),
                      len(cfg.seeds) * len(cfg.tasks) * len(cfg.models))
