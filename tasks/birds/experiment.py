@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -228,8 +229,7 @@ def train_model(name: str, task: str, train: TrainStream, cfg: BirdsConfig, seed
     seed_everything(seed)
     spec = parse_spec(name)
     lr, warmup = cfg.per_family.get(spec.family, (cfg.lr, cfg.warmup))
-    n_aux = N_SPECIES if cfg.species_aux > 0 else 0
-    model = build_model(name, N_CLASSES[task] + n_aux, cfg.image_size, **model_options).to(device)
+    model = build_model(name, _n_outputs(task, cfg), cfg.image_size, **model_options).to(device)
     if prefers_channels_last(model):
         model = model.to(memory_format=torch.channels_last)
     seconds = fit(model, task, train, cfg, steps=cfg.steps * spec.budget, lr=lr, warmup=warmup, seed=seed,
@@ -271,19 +271,18 @@ def _model_path(out: Path, name: str, task: str) -> Path:
     return out / MODELS_DIR / f"{name}-{task}.safetensors"
 
 
-def _save_model(model: nn.Module, path: Path) -> None:
-    """The weights, written whole or not at all (a temporary file renamed into place)."""
+def _write_whole(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` into a temporary file beside ``path``, then rename it into place: ``path`` appears whole
+    or not at all (the engine's atomic writers live in the store, a layer above tasks)."""
     path.parent.mkdir(exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, tmp)
+    write(tmp)
     os.replace(tmp, path)
 
 
-def _write_json(path: Path, data: Any) -> None:
-    """``data`` as JSON, written whole or not at all (the engine's store is a layer above tasks)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+def _n_outputs(task: str, cfg: BirdsConfig) -> int:
+    """A sweep model's logits: the task's classes, then the species present when the auxiliary loss is on."""
+    return N_CLASSES[task] + (N_SPECIES if cfg.species_aux > 0 else 0)
 
 
 def _config_record(cfg: BirdsConfig) -> dict[str, Any]:
@@ -342,7 +341,7 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
     done = {(r.model, r.task, r.seed): r for r in finished_runs(out, cfg)} if out is not None else {}
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        _write_json(out / SWEEP_FILE, _config_record(cfg))
+        _write_whole(out / SWEEP_FILE, lambda tmp: tmp.write_text(json.dumps(_config_record(cfg), indent=2) + "\n"))
         if done:
             log.info("resuming the sweep in %s: %d of %d runs already done", out, len(done),
                      len(cfg.seeds) * len(cfg.tasks) * len(cfg.models))
@@ -355,8 +354,7 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
                 if (name, task, seed) in done:
                     sweep.results.append(done[(name, task, seed)])
                     if seed == cfg.seeds[0]:
-                        model = build_model(name, N_CLASSES[task] + (N_SPECIES if cfg.species_aux > 0 else 0),
-                                            cfg.image_size)
+                        model = build_model(name, _n_outputs(task, cfg), cfg.image_size)
                         model.load_state_dict(load_file(_model_path(out, name, task)))
                         sweep.models[(name, task)] = model.eval()
                     if progress_bar is not None:
@@ -372,7 +370,8 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
                 if seed == cfg.seeds[0]:
                     sweep.models[(name, task)] = model.cpu().eval()
                     if out is not None:
-                        _save_model(model, _model_path(out, name, task))
+                        weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+                        _write_whole(_model_path(out, name, task), partial(save_file, weights))
                 if out is not None:
                     with (out / RUNS_LOG).open("a") as f:
                         f.write(json.dumps(asdict(result)) + "\n")
