@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from harness import RESULTS, Machine, latest_per_process, over_seeds
+from harness import RESULTS, Machine, latest_per_process, over_seeds, read_jsonl
 
 from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, make_split, train_model
 from tokformer.tasks.birds.models import parse_spec
@@ -55,7 +55,7 @@ def key(row: dict) -> tuple:
 
 def calibrate(args: argparse.Namespace, log: Path) -> None:
     """Train every (family, lr, warmup, seed, task) of the grid not yet in ``log``; append each result."""
-    done = {key(r) for r in read(log)}
+    done = {key(r) for r in read_jsonl(log)}
     machine, threads = Machine(), f"{torch.get_num_threads()} torch thread(s)"
     base = BirdsConfig(steps=args.steps, per_family={})
     for seed in args.seeds:
@@ -77,10 +77,6 @@ def calibrate(args: argparse.Namespace, log: Path) -> None:
                         print(json.dumps(row), flush=True)
                         with log.open("a") as f:
                             f.write(json.dumps(row) + "\n")
-
-
-def read(log: Path) -> list[dict]:
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def choose(rows: list[dict]) -> dict[str, dict]:
@@ -137,7 +133,7 @@ def main() -> None:
     log = OUT.with_suffix(".jsonl")
     if not args.report:
         calibrate(args, log)
-    rows = read(log)
+    rows = read_jsonl(log)
     OUT.with_suffix(".md").write_text(render(rows))
     OUT.with_suffix(".json").write_text(json.dumps(chosen_json(rows), indent=2) + "\n")
     print(OUT.with_suffix(".md").read_text())

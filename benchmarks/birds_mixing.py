@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict
 
 import torch
-from harness import RESULTS, Machine, latest_per_process, over_seeds
+from harness import RESULTS, Machine, latest_per_process, over_seeds, read_jsonl
 
 from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, make_split
 from tokformer.tasks.birds.mixing import (
@@ -42,7 +42,7 @@ SIZES = (64, 96)
 
 def run(args: argparse.Namespace) -> None:
     log = OUT.with_suffix(".jsonl")
-    done = {(r["mixer"], r["task"], r["seed"], r["image_size"]) for r in read()}
+    done = {(r["mixer"], r["task"], r["seed"], r["image_size"]) for r in read_jsonl(OUT.with_suffix(".jsonl"))}
     machine, threads = Machine(), f"{torch.get_num_threads()} torch thread(s)"
     for seed in args.seeds:
         encoder = None
@@ -64,11 +64,6 @@ def run(args: argparse.Namespace) -> None:
                     print(json.dumps(row), flush=True)
                     with log.open("a") as f:
                         f.write(json.dumps(row) + "\n")
-
-
-def read() -> list[dict]:
-    log = OUT.with_suffix(".jsonl")
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def render(rows: list[dict]) -> str:
@@ -108,7 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.report:
         run(args)
-    OUT.with_suffix(".md").write_text(render(read()))
+    OUT.with_suffix(".md").write_text(render(read_jsonl(OUT.with_suffix(".jsonl"))))
     print(OUT.with_suffix(".md").read_text())
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import importlib.metadata
+import json
 import os
 import platform
 import statistics
@@ -241,6 +242,11 @@ def latest_per_process(machine_lines: list[str]) -> list[str]:
         start = line.rsplit("; run ", 1)[-1]
         latest[start], counts[start] = line, counts.get(start, 0) + 1
     return [f"{line} ({counts[start]} rows)" for start, line in latest.items()]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The rows a results script appended to ``path`` so far ([] before its first)."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def over_seeds(values: Sequence[float]) -> str:
