@@ -5,7 +5,8 @@ Run: ``OMP_NUM_THREADS=1 python benchmarks/mutation.py [MODULE ...]`` (default: 
 then ``python benchmarks/mutation.py --report`` to write ``benchmarks/results/mutation.md`` from the
 results so far. ``--list`` shows the modules, their files and the test files that guard them;
 ``--retest MODULE ...`` reruns only the mutants that survived the last run of those modules (after
-you added a test), and counts the ones it now kills.
+you added a test), and counts the ones it now kills; ``--resume MODULE ...`` goes on with a run that
+was stopped (mutmut keeps every verdict it reached), if the module's source and tests are unchanged.
 
 Why a wrapper and not a bare ``mutmut run``: mutmut 3 (configured in ``pyproject.toml``,
 ``[tool.mutmut]``) imports its mutants from ``mutants/<source path>``, but ``tokenizers/`` and
@@ -445,13 +446,14 @@ def status_name(exit_code: int | None) -> str:
     return "segfault" if status == "segfault" else status  # suspicious, not checked, ...
 
 
-def read_statuses(root: Path, module: Module) -> dict[str, str]:
+def read_statuses(root: Path, module: Module, raw: bool = False) -> dict[str, str | int | None]:
+    """Each in-scope mutant's status from mutmut's ``.meta`` files (``raw``: its exit code, None = not run yet)."""
     statuses = {}
     for f in module.files:
         meta = json.loads((root / "mutants" / (staged(f) + ".meta")).read_text(encoding="utf-8"))
         for key, code in meta["exit_code_by_key"].items():
             if in_scope(module, key):
-                statuses[key] = status_name(code)
+                statuses[key] = code if raw else status_name(code)
     return statuses
 
 
@@ -482,23 +484,61 @@ def diffs_of(root: Path, module: Module, keys: list[str]) -> dict[str, str]:
             for key, diff in diffs.items()}
 
 
-def max_children() -> int:
-    return int(base_config().get("max_children", 1))
+CHILDREN = int(base_config().get("max_children", 1))  # mutants run at once (--children)
+STARTED = "started.json"  # in a module's work folder: what a stopped run had done, for --resume
 
 
-def run_module(name: str, names: list[str] | None = None) -> dict:
-    """Run mutmut on one module (``names``: only these mutants) and save ``result.json``."""
+def tests_hash(module: Module) -> str:
+    h = hashlib.sha256()
+    for f in test_files(module):
+        h.update(f.encode() + (REPO / f.partition("::")[0]).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def resumable(name: str, module: Module) -> dict | None:
+    """What the stopped full run of ``name`` had started with, if it can go on: same source, same
+    tests, and mutmut's ``.meta`` files there. mutmut writes each mutant's verdict into them as it
+    goes, so a stopped run loses no finished mutant; the run goes on with the undecided ones, named
+    (mutmut reruns every mutant a name pattern matches, decided or not)."""
+    path = WORK / name / STARTED
+    metas = [WORK / name / "mutants" / (staged(f) + ".meta") for f in module.files]
+    if not path.exists() or not all(m.exists() for m in metas):
+        return None
+    started = json.loads(path.read_text(encoding="utf-8"))
+    if started["source"] != source_hash(module) or started["tests"] != tests_hash(module):
+        return None
+    return started | {"undecided": [key for key, status in read_statuses(WORK / name, module, raw=True).items()
+                                    if status is None]}
+
+
+def run_module(name: str, names: list[str] | None = None, resume: bool = False) -> dict:
+    """Run mutmut on one module (``names``: only these mutants) and save ``result.json``;
+    ``resume``: go on with a stopped full run of the same source and tests, if there is one."""
     module = MODULES[name]
     if not test_files(module):  # an empty selection would make pytest run the whole suite
         sys.exit(f"{name}: none of its test files exists ({' '.join(module.tests)})")
     source = source_hash(module)  # of what is staged now: a neighbour may edit the files during the run
-    if not names:  # a full run starts clean: mutmut would keep the verdicts of unchanged functions, new tests or not
+    before, started, t0 = load_average(), datetime.datetime.now(datetime.UTC), time.monotonic()
+    earlier = resumable(name, module) if resume and not names else None
+    if earlier:  # the stopped part's wall time: from its start to mutmut's last progress line
+        log = WORK / name / "mutmut.log"
+        earlier["wall_s"] = max(0.0, log.stat().st_mtime - earlier["t"]) if log.exists() else 0.0
+        before = earlier["load_before"] or before  # None: not recorded by the stopped run
+        started = datetime.datetime.fromisoformat(earlier["date"])
+        print(f"{name}: resuming the run started {earlier['date']}", flush=True)
+    elif not names:  # a full run starts clean: mutmut keeps the verdicts of unchanged functions, new tests or not
         shutil.rmtree(WORK / name / "mutants", ignore_errors=True)
     root = stage(name, module)
-    before, started, t0 = load_average(), datetime.datetime.now(datetime.UTC), time.monotonic()
-    args = ["run", "--max-children", str(max_children())] + (names or mutant_patterns(module))
-    returncode = mutmut(root, *args)
-    wall = time.monotonic() - t0
+    if not names and not earlier:
+        (root / STARTED).write_text(json.dumps({"source": source, "tests": tests_hash(module), "t": time.time(),
+                                                "load_before": before, "date": started.isoformat()}))
+    if earlier and not earlier["undecided"]:
+        print(f"{name}: every mutant was decided before it stopped", flush=True)
+        returncode = 0
+    else:
+        todo = names or (earlier["undecided"] if earlier else mutant_patterns(module))
+        returncode = mutmut(root, "run", "--max-children", str(CHILDREN), *todo)
+    wall = time.monotonic() - t0 + (earlier["wall_s"] if earlier else 0.0)
     if returncode != 0:
         log = (root / "mutmut.log").read_text(encoding="utf-8")
         sys.exit(f"mutmut failed on {name} (exit {returncode}); see {root / 'mutmut.log'}:\n{log[-3000:]}")
@@ -536,6 +576,7 @@ def run_module(name: str, names: list[str] | None = None) -> dict:
 
 
 def retest(name: str) -> dict | None:
+    """Rerun the survivors of ``name``'s last full run (after new tests) and merge the verdicts."""
     result_path = WORK / name / "result.json"
     if not result_path.exists():
         print(f"{name}: no result yet, run it first")
@@ -652,7 +693,7 @@ def report() -> str:
                  f"**{100 * total['killed'] / counted:.1f}%**" if counted else "-", f"{total['wall'] / 60:.1f} min"])
     loads = [r["load_before"] for r in runs] + [r["load_after"] for r in runs]
     dates = sorted(r["date"] for r in runs)
-    machine = (f"Machine: {cpu_model()}, {cores()} cores, one mutant at a time (max_children = {max_children()}) "
+    machine = (f"Machine: {cpu_model()}, {cores()} cores, one mutant at a time (max_children = {CHILDREN}) "
                f"with OMP_NUM_THREADS=1; load average {min(loads, default='-')} to {max(loads, default='-')} "
                f"(1, 5, 15 min) before and after the modules, another engineer's test runs sharing the cores; "
                f"{versions(['mutmut', 'torch', 'pytest', 'hypothesis'])}; runs {dates[0] if dates else '-'} "
@@ -678,7 +719,7 @@ def report() -> str:
 
 
 def main() -> None:
-    global WORK
+    global WORK, CHILDREN
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("modules", nargs="*",
@@ -687,10 +728,14 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="show the modules, their files and guarding tests")
     parser.add_argument("--retest", action="store_true", help="rerun only the last run's survivors of MODULES")
     parser.add_argument("--report", action="store_true", help=f"write {REPORT.relative_to(REPO)} from the results")
+    parser.add_argument("--resume", action="store_true", help="go on with a stopped run of a module whose "
+                        "source and tests are unchanged (mutmut kept the verdicts it had reached)")
+    parser.add_argument("--children", type=int, default=CHILDREN, help="mutants tested at once (default: "
+                        "pyproject's max_children); more than the idle cores only slows each")
     parser.add_argument("--work", type=Path, default=WORK, help="where the staged copies and results go (default: "
                         "mutants/, git-ignored)")
     args = parser.parse_args()
-    WORK = args.work.resolve()
+    WORK, CHILDREN = args.work.resolve(), args.children
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
         parser.error(f"unknown modules {unknown}; known: {', '.join(MODULES)}")
@@ -705,9 +750,9 @@ def main() -> None:
         return
     if os.environ.get("OMP_NUM_THREADS") != "1":
         print("note: running with OMP_NUM_THREADS=1 (set for mutmut's processes)", file=sys.stderr)
-    print(f"mutmut {importlib.metadata.version('mutmut')}, {max_children()} child process", flush=True)
+    print(f"mutmut {importlib.metadata.version('mutmut')}, {CHILDREN} child process(es)", flush=True)
     for name in args.modules or (list(MODULES) if args.all else DEFAULT):
-        retest(name) if args.retest else run_module(name)
+        retest(name) if args.retest else run_module(name, resume=args.resume)
     if args.report:
         REPORT.write_text(report(), encoding="utf-8")
         print(f"wrote {REPORT}")

@@ -3,15 +3,19 @@ additive readout that cannot relate two tokens by itself."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream
+from tokformer.tasks.birds.attention import bird_tokens, corner_attention
+from tokformer.tasks.birds.data import BOTTOM_LEFT, TOP_RIGHT
+from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, make_split
 from tokformer.tasks.birds.mixing import (
     WIDTH,
     MixingModel,
     PatchEncoder,
     build_mixer,
+    corner_attention_of,
     encoder_at,
     mixing_parameters,
     train_encoder,
@@ -92,3 +96,26 @@ def test_the_encoder_is_trained_once_frozen_and_shared_at_another_size() -> None
     images = torch.rand(1, 3, 64, 64)
     torch.testing.assert_close(big(torch.nn.functional.pad(images, (0, 32, 0, 32)))[0, [0, 1, 6, 7]],
                                encoder(images)[0, [0, 1, 4, 5]])  # the same patch, the same token
+
+
+def test_corner_attention_of_an_attention_mixer_is_read_from_the_patch_tokens() -> None:
+    """No class token here: with queries and keys zeroed every token attends uniformly (mass = token share),
+    and maps that send the top-right bird's tokens to the bottom-left bird's give mass 1 only at offset 0."""
+    test = make_split(BirdsConfig(image_size=64, n_test=8), "compare", seed=0, split="test")
+    model = MixingModel(PatchEncoder(64).eval().requires_grad_(False), "attention-2", n_classes=2).eval()
+    for block in model.mixer.encoder.blocks:
+        torch.nn.init.zeros_(block.attn.qkv.weight[: 2 * WIDTH])  # q = k = bias: every logit the same
+        torch.nn.init.zeros_(block.attn.qkv.bias[: 2 * WIDTH])
+    stats = torch.tensor(corner_attention_of(model, test))  # [layer, head, (mass, share)]
+    assert stats.shape == (2, 4, 2)
+    torch.testing.assert_close(stats[..., 0], stats[..., 1], atol=1e-4, rtol=0)
+    assert (stats[..., 1] > 0).all()
+    n = 16
+    indices = np.arange(len(test.labels))
+    pointed = torch.zeros(len(indices), 1, n, n)
+    for b in indices:
+        queries = bird_tokens(test.meta, int(b), TOP_RIGHT, 16, first=0)
+        keys = torch.as_tensor(bird_tokens(test.meta, int(b), BOTTOM_LEFT, 16, first=0))
+        pointed[b, :, torch.as_tensor(queries)[:, None], keys[None, :]] = 1.0 / len(keys)
+    np.testing.assert_allclose(corner_attention([pointed], test.meta, indices, 16, first=0)[..., 0], 1.0)
+    assert corner_attention([pointed], test.meta, indices, 16, first=1)[..., 0].max() < 1.0

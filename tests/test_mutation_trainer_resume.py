@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tokformer.engine import train
+from tokformer.engine import train, trainer
 from tokformer.errors import CheckpointError
 from tokformer.store.steps import CHECKPOINTS, list_checkpoints, step_dir
 
@@ -84,11 +84,16 @@ def test_rng_states_of_another_number_of_processes_are_used_with_a_warning(finis
     assert "checkpoint has RNG states of 2 processes, this run has 1: not bitwise exact" in said(caplog)
 
 
-def test_a_checkpoint_records_the_data_position_and_the_schedule_of_its_step(finished: Path) -> None:
+def test_a_checkpoint_records_the_data_position_and_the_schedule_of_its_step(tmp_path: Path) -> None:
+    """Its own run, checkpointing every step from step 1 (where the schedule's index is clamped at 0): mutmut
+    credits a module fixture's run to the first test that asked for it, not to this one."""
+    run = train("sort", quiet=True, steps=4, run_dir=str(tmp_path / "run"), **{**TINY, "eval_every": 1}).run_dir
     micro, per_epoch = TINY["batch_size"] // TINY["grad_accum"], TINY["train_size"] // 8
-    lr_by_step = {r["step"]: r["lr"] for r in records(finished, "train")}
-    for step in list_checkpoints(finished):
-        state = state_of(finished, step)
+    lr_by_step = {r["step"]: r["lr"] for r in records(run, "train")}
+    assert list_checkpoints(run) == [1, 2, 3, 4]
+    assert lr_by_step[1] < lr_by_step[2] > lr_by_step[4], "warmup, then decay: the lr tells the steps apart"
+    for step in list_checkpoints(run):
+        state = state_of(run, step)
         consumed = step * TINY["grad_accum"]
         assert state["data"] == {"micro_batch": consumed, "epoch": consumed // per_epoch,
                                  "batch_in_epoch": consumed % per_epoch, "micro_batch_size": micro, "world": 1,
@@ -133,3 +138,60 @@ def test_a_foreign_newest_checkpoint_is_skipped_with_a_warning_naming_it_and_the
     assert warnings[0].startswith(f"checkpoint {step_dir(run, STEPS)} does not fit the model built from the run's "
                                   f"config and tokenizer (shape: {name} "), warnings[0]
     assert warnings[0].endswith("; resuming from the checkpoint before it"), warnings[0]
+
+
+def impossible_best(run: Path, step: int, best_step: int) -> None:
+    """Make checkpoint ``step`` (and best.json) say that ``best_step`` scored an accuracy no evaluation can beat."""
+    best = {"step": best_step, "metric": "accuracy", "value": 2.0}
+    state = state_of(run, step)
+    state["best"] = best
+    (step_dir(run, step) / "state.json").write_text(json.dumps(state))
+    (run / "best.json").write_text(json.dumps(best))
+
+
+def test_a_resume_keeps_counting_evaluations_without_improvement_towards_early_stopping(tmp_path: Path) -> None:
+    run = train("sort", quiet=True, steps=STEPS, early_stop=2, run_dir=str(tmp_path / "run"), **TINY).run_dir
+    impossible_best(run, STEPS, best_step=3)
+    state = state_of(run, STEPS)
+    state["watch"]["stale"] = 1  # one evaluation (step 6) without a better accuracy already
+    (step_dir(run, STEPS) / "state.json").write_text(json.dumps(state))
+    result = train(resume=run, quiet=True, steps=4 * STEPS)
+    assert (result.step, result.stopped_early) == (STEPS + 3, True), (
+        "the count of evaluations without improvement did not survive the resume: with patience 2 the first "
+        f"evaluation after it (step {STEPS + 3}) must stop the run")
+    assert result.best == {"step": 3, "metric": "accuracy", "value": 2.0}
+
+
+def test_a_resume_with_no_steps_left_returns_the_metrics_of_the_last_evaluation(finished: Path, tmp_path: Path) -> None:
+    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    last_eval = records(finished, "eval")[-1]
+    assert last_eval["step"] == STEPS
+    result = train(resume=run, quiet=True)
+    assert result.step == STEPS
+    assert result.metrics == {k: v for k, v in last_eval.items() if k not in ("step", "split", "time")}
+    assert result.metrics, "a resumed run forgot its last evaluation"
+
+
+def test_best_json_names_the_best_checkpoint_and_pruning_keeps_it(tmp_path: Path) -> None:
+    run = train("sort", quiet=True, steps=STEPS, run_dir=str(tmp_path / "run"), **TINY).run_dir
+    assert json.loads((run / "best.json").read_text()) == state_of(run, STEPS)["best"] is not None
+    impossible_best(run, STEPS, best_step=3)
+    result = train(resume=run, quiet=True, steps=STEPS + 3, keep_last=1)
+    assert list_checkpoints(run) == [3, STEPS + 3], "keep_last=1 keeps the newest checkpoint and the best one"
+    assert json.loads((run / "best.json").read_text()) == result.best == state_of(run, STEPS + 3)["best"]
+
+
+def test_a_run_with_no_finite_best_metric_checkpoints_without_best_json(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trainer, "evaluate_model", lambda *args, **kwargs: {"loss": 1.0, "accuracy": float("nan")})
+    result = train("sort", quiet=True, steps=STEPS, run_dir=str(tmp_path / "run"), **TINY)
+    assert result.best is None and result.step == STEPS
+    assert list_checkpoints(result.run_dir) == [3, STEPS]
+    assert not (result.run_dir / "best.json").exists()
+
+
+def test_an_overwritten_run_is_deleted_once_the_new_run_has_a_checkpoint(finished: Path, tmp_path: Path) -> None:
+    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    train("sort", quiet=True, steps=3, run_dir=str(run), overwrite=True, **TINY)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"], "the old run set aside by --overwrite is left"
+    assert list_checkpoints(run) == [3]

@@ -1,4 +1,4 @@
-"""Attention maps of the bird Transformer, and how much the top-right bird attends to the bottom-left one.
+"""Attention maps of a bird model's Transformer blocks, and how much the top-right bird attends to the bottom-left one.
 
 tokformer's attention runs on fused SDPA, which never materialises the weights. They are
 recomputed here from what each block's ``attn.qkv`` layer outputs (captured with a
@@ -13,16 +13,17 @@ import math
 import numpy as np
 import torch
 from einops import rearrange
-from torch import Tensor
+from torch import Tensor, nn
 
 from tokformer.tasks.birds.data import BOTTOM_LEFT, TOP_RIGHT, BirdImages
-from tokformer.tasks.birds.models import BirdTransformer
 
 
 @torch.no_grad()
-def attention_maps(model: BirdTransformer, images: Tensor) -> list[Tensor]:
-    """One ``[B, heads, N, N]`` tensor of attention probabilities per layer (token 0 = class token)."""
-    blocks = model.encoder.blocks
+def attention_maps(model: nn.Module, images: Tensor, blocks: nn.ModuleList | None = None) -> list[Tensor]:
+    """One ``[B, heads, N, N]`` tensor of attention probabilities per block of ``blocks`` (default
+    ``model.encoder.blocks``: the bird Transformer's, whose token 0 is the class token) while
+    ``model`` runs on ``images``."""
+    blocks = model.encoder.blocks if blocks is None else blocks
     captured: list[Tensor] = []
     hooks = [b.attn.qkv.register_forward_hook(lambda _m, _i, out: captured.append(out)) for b in blocks]
     was_training = model.training
@@ -40,8 +41,9 @@ def attention_maps(model: BirdTransformer, images: Tensor) -> list[Tensor]:
     return maps
 
 
-def bird_tokens(meta: BirdImages, index: int, slot: int, patch: int) -> np.ndarray:
-    """Token indices (class token = 0, so patches start at 1) of patches overlapping the core of a bird.
+def bird_tokens(meta: BirdImages, index: int, slot: int, patch: int, first: int = 1) -> np.ndarray:
+    """Token indices of patches overlapping the core of a bird; patches start at token ``first``
+    (1 after a class token, 0 without one).
 
     The core is the central half of the bird's box, so a patch that only grazes a wing tip
     or the neighbouring clutter is not counted.
@@ -52,7 +54,7 @@ def bird_tokens(meta: BirdImages, index: int, slot: int, patch: int) -> np.ndarr
     rows = np.arange(int((cy - hh) // patch), int((cy + hh) // patch) + 1)
     cols = np.arange(int((cx - hw) // patch), int((cx + hw) // patch) + 1)
     rows, cols = rows[(rows >= 0) & (rows < grid)], cols[(cols >= 0) & (cols < grid)]
-    return 1 + (rows[:, None] * grid + cols[None, :]).ravel()
+    return first + (rows[:, None] * grid + cols[None, :]).ravel()
 
 
 def _between(probs: Tensor, queries: np.ndarray, keys: np.ndarray) -> Tensor:  # [H, N, N] -> [H, q, k]
@@ -60,7 +62,8 @@ def _between(probs: Tensor, queries: np.ndarray, keys: np.ndarray) -> Tensor:  #
     return probs[:, queries][:, :, keys]
 
 
-def corner_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray, patch: int) -> np.ndarray:
+def corner_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray, patch: int,
+                     first: int = 1) -> np.ndarray:
     """``[layers, heads, 2]``: attention mass from top-right-bird tokens to bottom-left-bird tokens,
     and the mass a uniform attention would give them, averaged over images ``indices``.
 
@@ -70,8 +73,8 @@ def corner_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray, 
     out = np.zeros((n_layers, n_heads, 2))
     n_tokens = maps[0].shape[-1]
     for b, index in enumerate(indices):
-        queries = bird_tokens(meta, int(index), TOP_RIGHT, patch)
-        keys = bird_tokens(meta, int(index), BOTTOM_LEFT, patch)
+        queries = bird_tokens(meta, int(index), TOP_RIGHT, patch, first)
+        keys = bird_tokens(meta, int(index), BOTTOM_LEFT, patch, first)
         for layer, probs in enumerate(maps):
             mass = _between(probs[b], queries, keys).sum(dim=-1).mean(dim=-1)  # [heads]
             out[layer, :, 0] += mass.numpy()

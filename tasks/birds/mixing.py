@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from einops import rearrange
@@ -33,8 +34,9 @@ from torch import Tensor, nn
 from tokformer.config import TransformerConfig
 from tokformer.engine import TrainConfig, build_optimizer, lr_at, seed_everything, set_lr
 from tokformer.positional import SinCos2DPositions
+from tokformer.tasks.birds.attention import attention_maps, corner_attention
 from tokformer.tasks.birds.data import N_CLASSES, N_SPECIES, generate
-from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, fit
+from tokformer.tasks.birds.experiment import BirdsConfig, SplitTensors, TrainStream, fit
 from tokformer.tasks.birds.models import PIXEL_MEAN, PIXEL_STD, READOUT_HIDDEN, TokenMixingBlock
 from tokformer.tokenizers.image import grid_positions
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
@@ -196,6 +198,15 @@ def train_mixer(encoder: PatchEncoder, mixer: str, task: str, train: TrainStream
     model = MixingModel(encoder, mixer, N_CLASSES[task])
     return model, fit(model, task, train, cfg, steps=cfg.steps, lr=cfg.lr, warmup=cfg.warmup, seed=seed,
                       species_aux=0.0)
+
+
+def corner_attention_of(model: MixingModel, test: SplitTensors, n_images: int = 200) -> list[list[list[float]]]:
+    """``[layer][head] = [mass, share]`` of an attention mixer: the attention of the top-right bird's
+    tokens on the bottom-left bird's tokens, and the share uniform attention would give them, averaged
+    over the first ``n_images`` held-out images (:func:`tokformer.tasks.birds.attention.corner_attention`)."""
+    indices = np.arange(min(n_images, len(test.labels)))
+    maps = attention_maps(model, test.images[indices].float() / 255, model.mixer.encoder.blocks)
+    return corner_attention(maps, test.meta, indices, PATCH, first=0).round(4).tolist()
 
 
 @dataclass
