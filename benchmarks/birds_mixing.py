@@ -26,13 +26,16 @@ from dataclasses import asdict
 import torch
 from harness import RESULTS, Machine, latest_per_process, over_seeds, read_jsonl
 
-from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, make_split
+from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, make_split
 from tokformer.tasks.birds.mixing import (
     MIXERS,
+    EncodedStream,
     MixingResult,
     corner_attention_of,
+    encode,
     encoder_at,
     mixing_parameters,
+    token_accuracy,
     train_encoder,
     train_mixer,
 )
@@ -54,11 +57,13 @@ def run(args: argparse.Namespace) -> None:
                 if not todo:
                     continue
                 encoder = encoder or train_encoder(seed, steps=args.encoder_steps)  # at 64 px, for every size
-                stream, test = TrainStream(cfg, task, seed), make_split(cfg, task, seed, "test")
+                tokens = EncodedStream(TrainStream(cfg, task, seed), encoder_at(encoder, size))
+                test = make_split(cfg, task, seed, "test")
+                test_tokens = encode(tokens.encoder, test)
                 for mixer in todo:
-                    model, seconds = train_mixer(encoder_at(encoder, size), mixer, task, stream, cfg, seed)
+                    model, seconds = train_mixer(tokens, mixer, task, cfg, seed)
                     result = MixingResult(mixer, task, seed, size, model.encoder.tokenizer.grid_size[0] ** 2,
-                                          accuracy(model, test, torch.device("cpu")), mixing_parameters(model),
+                                          token_accuracy(model, test_tokens, test.labels), mixing_parameters(model),
                                           round(seconds, 1))
                     row = asdict(result) | {"steps": args.steps, "lr": args.lr, "machine": machine.line(threads),
                                             "time": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}

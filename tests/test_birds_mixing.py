@@ -7,17 +7,21 @@ import numpy as np
 import pytest
 import torch
 
+from tokformer.engine import seed_everything
 from tokformer.tasks.birds.attention import bird_tokens, corner_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, TOP_RIGHT
-from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, make_split
+from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, fit, make_split
 from tokformer.tasks.birds.mixing import (
     WIDTH,
+    EncodedStream,
     MixingModel,
     PatchEncoder,
     build_mixer,
     corner_attention_of,
+    encode,
     encoder_at,
     mixing_parameters,
+    token_accuracy,
     train_encoder,
     train_mixer,
 )
@@ -86,7 +90,8 @@ def test_the_encoder_is_trained_once_frozen_and_shared_at_another_size() -> None
     assert not any(p.requires_grad for p in encoder.parameters())
     before = {k: v.clone() for k, v in encoder.state_dict().items()}
     cfg = BirdsConfig(steps=2, batch_size=8)
-    model, _ = train_mixer(encoder, "attention-1", "compare", TrainStream(cfg, "compare", 0), cfg, seed=0)
+    model, _ = train_mixer(EncodedStream(TrainStream(cfg, "compare", 0), encoder), "attention-1", "compare", cfg,
+                           seed=0)
     for name, value in encoder.state_dict().items():
         assert torch.equal(value, before[name]), f"training a mixer changed the shared encoder's {name}"
     assert mixing_parameters(model) == sum(p.numel() for n, p in model.named_parameters()
@@ -119,3 +124,33 @@ def test_corner_attention_of_an_attention_mixer_is_read_from_the_patch_tokens() 
         pointed[b, :, torch.as_tensor(queries)[:, None], keys[None, :]] = 1.0 / len(keys)
     np.testing.assert_allclose(corner_attention([pointed], test.meta, indices, 16, first=0)[..., 0], 1.0)
     assert corner_attention([pointed], test.meta, indices, 16, first=1)[..., 0].max() < 1.0
+
+
+def test_training_on_the_cached_tokens_is_training_on_the_images() -> None:
+    """The encoded stream runs the frozen encoder once per step and shares it between mixers; the mixer it
+    trains is the one the images themselves would train, to the bit."""
+    cfg = BirdsConfig(steps=3, batch_size=8, per_family={})
+    encoder = PatchEncoder(64).eval().requires_grad_(False)
+    tokens = EncodedStream(TrainStream(cfg, "compare", 0), encoder)
+    calls = []
+    encoder.register_forward_hook(lambda *_: calls.append(1))
+    cached, _ = train_mixer(tokens, "conv-1", "compare", cfg, seed=0)
+    train_mixer(tokens, "attention-1", "compare", cfg, seed=0)
+    assert len(calls) == cfg.steps, "the encoder ran more than once per step"
+    seed_everything(0)
+    direct = MixingModel(encoder, "conv-1", 2)
+    fit(direct, "compare", TrainStream(cfg, "compare", 0), cfg, steps=cfg.steps, lr=cfg.lr, warmup=cfg.warmup,
+        seed=0, species_aux=0.0)
+    for (name, a), b in zip(cached.state_dict().items(), direct.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_accuracy_on_encoded_test_tokens_is_the_accuracy_on_the_images() -> None:
+    torch.manual_seed(0)
+    test = make_split(BirdsConfig(image_size=64, n_test=40), "compare", seed=1, split="test")
+    model = MixingModel(PatchEncoder(64).eval().requires_grad_(False), "attention-1", n_classes=2)
+    for p in model.readout.parameters():  # a readout far from chance on some images, not all
+        torch.nn.init.normal_(p, std=1.0)
+    on_images = accuracy(model, test, torch.device("cpu"))
+    assert 0 < on_images < 1, "a constant prediction would not tell the two apart"
+    assert token_accuracy(model, encode(model.encoder, test, batch_size=16), test.labels) == on_images

@@ -200,6 +200,12 @@ class TrainStream:
         images, labels, species = (torch.cat(ts) if len(ts) > 1 else ts[0] for ts in zip(*parts, strict=True))
         return images, labels, species
 
+    def inputs(self, step: int, device: torch.device, channels_last: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """What :func:`fit` feeds the model at ``step``: the batch's images as floats in [0, 1] on
+        ``device``, its labels and species present."""
+        images, labels, species = self.batch(step)
+        return to_float(images, device, channels_last), labels, species
+
 
 def to_float(images: Tensor, device: torch.device, channels_last: bool) -> Tensor:
     """uint8 ``[B, 3, H, W]`` -> float in [0, 1] on ``device`` (channels-last for conv nets)."""
@@ -240,8 +246,9 @@ def train_model(name: str, task: str, train: TrainStream, cfg: BirdsConfig, seed
 def fit(model: nn.Module, task: str, train: TrainStream, cfg: BirdsConfig, *, steps: int, lr: float,
         warmup: float, seed: int, species_aux: float) -> float:
     """The sweep's training loop, shared by every track: AdamW (decay on matrices only), warmup +
-    cosine, gradient clipping, fresh batches from ``train``; with ``species_aux`` > 0 the logits past
-    the task's classes also predict the species present. Returns the seconds spent training."""
+    cosine, gradient clipping, fresh batches from ``train`` (a :class:`TrainStream`, or any stream
+    with its ``inputs``); with ``species_aux`` > 0 the logits past the task's classes also predict
+    the species present. Returns the seconds spent training (drawing the inputs excluded)."""
     device = next(model.parameters()).device
     cl = prefers_channels_last(model)
     n_classes = N_CLASSES[task]
@@ -251,10 +258,10 @@ def fit(model: nn.Module, task: str, train: TrainStream, cfg: BirdsConfig, *, st
     trainable = [p for p in model.parameters() if p.requires_grad]
     seconds = 0.0
     for step in range(steps):
-        images, labels, species = train.batch(step)  # [B, 3, H, W], [B], [B, N_SPECIES]
+        inputs, labels, species = train.inputs(step, device, cl)  # [B, 3, H, W] (or tokens), [B], [B, N_SPECIES]
         start = time.perf_counter()
         set_lr(optimizer, lr_at(step, train_cfg))
-        logits = model(to_float(images, device, cl))  # [B, n_classes (+ N_SPECIES)]
+        logits = model(inputs)  # [B, n_classes (+ N_SPECIES)]
         loss = F.cross_entropy(logits[:, :n_classes], labels.to(device))
         if species_aux > 0:
             aux = F.binary_cross_entropy_with_logits(logits[:, n_classes:], species.to(device))

@@ -182,7 +182,61 @@ class MixingModel(nn.Module):
     def forward(self, images: Tensor) -> Tensor:  # [B, 3, H, W] -> [B, n_classes]
         with torch.no_grad():
             tokens = self.encoder(images)  # [B, N, d], frozen
-        return self.readout(self.norm(self.mixer(tokens))).mean(dim=1)  # per-token scores, averaged
+        return self.mix(tokens)
+
+    def mix(self, tokens: Tensor) -> Tensor:  # [B, N, d] -> [B, n_classes]
+        """Everything after the frozen encoder: mixing, then per-token scores, averaged."""
+        return self.readout(self.norm(self.mixer(tokens))).mean(dim=1)
+
+
+class OnTokens(nn.Module):
+    """A mixing model seen from its encoder's tokens: what :func:`train_mixer` trains on an
+    :class:`EncodedStream` (the frozen encoder's output is computed once, for every mixer)."""
+
+    def __init__(self, model: MixingModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: Tensor) -> Tensor:  # [B, N, d] -> [B, n_classes]
+        return self.model.mix(tokens)
+
+
+@torch.no_grad()
+def encode(encoder: PatchEncoder, split: SplitTensors, batch_size: int = 250) -> Tensor:
+    """A held-out split's tokens ``[N, n_tokens, d]`` through the frozen ``encoder``, once for every mixer."""
+    return torch.cat([encoder(split.images[i : i + batch_size].float().div(255))
+                      for i in range(0, len(split.labels), batch_size)])
+
+
+@torch.no_grad()
+def token_accuracy(model: MixingModel, tokens: Tensor, labels: Tensor, batch_size: int = 250) -> float:
+    """Fraction of a split classified correctly from its encoded ``tokens`` (:func:`encode`): what
+    :func:`tokformer.tasks.birds.experiment.accuracy` gives on its images, without re-encoding them."""
+    model.eval()
+    correct = sum(int((model.mix(tokens[i : i + batch_size]).argmax(dim=-1) == labels[i : i + batch_size]).sum())
+                  for i in range(0, len(labels), batch_size))
+    model.train()
+    return correct / len(labels)
+
+
+class EncodedStream:
+    """A :class:`TrainStream`'s batches through the frozen ``encoder``, computed once per step and
+    kept: every mixer of a (task, seed, size) trains on the same tokens, and the encoder, which costs
+    more than most mixers, runs once instead of once per mixer (``[B, N, d]`` float per step: about
+    0.6 MB at 96 px)."""
+
+    def __init__(self, stream: TrainStream, encoder: PatchEncoder) -> None:
+        self.stream, self.encoder = stream, encoder
+        self._tokens: dict[int, Tensor] = {}
+
+    @torch.no_grad()
+    def inputs(self, step: int, device: torch.device, channels_last: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """Tokens ``[B, N, d]``, labels ``[B]`` and species present of ``step`` (``channels_last``:
+        images only, ignored)."""
+        images, labels, species = self.stream.inputs(step, device, channels_last=False)
+        if step not in self._tokens:
+            self._tokens[step] = self.encoder.to(device)(images)
+        return self._tokens[step], labels, species
 
 
 def mixing_parameters(model: MixingModel) -> int:
@@ -190,14 +244,15 @@ def mixing_parameters(model: MixingModel) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def train_mixer(encoder: PatchEncoder, mixer: str, task: str, train: TrainStream, cfg: BirdsConfig,
-                seed: int) -> tuple[MixingModel, float]:
-    """A mixer (initialised from ``seed``) on the frozen ``encoder``, trained by the sweep's loop on the
-    task label alone (the tokens already know the species); returns it and the seconds taken."""
+def train_mixer(tokens: EncodedStream, mixer: str, task: str, cfg: BirdsConfig, seed: int) -> tuple[MixingModel, float]:
+    """A mixer (initialised from ``seed``) on the frozen encoder of ``tokens``, trained by the sweep's loop
+    on the task label alone (the tokens already know the species); returns the whole model (encoder
+    included, for images) and the seconds its training took (the encoder's share excluded: it is
+    everyone's, computed once)."""
     seed_everything(seed)
-    model = MixingModel(encoder, mixer, N_CLASSES[task])
-    return model, fit(model, task, train, cfg, steps=cfg.steps, lr=cfg.lr, warmup=cfg.warmup, seed=seed,
-                      species_aux=0.0)
+    model = MixingModel(tokens.encoder, mixer, N_CLASSES[task])
+    return model, fit(OnTokens(model), task, tokens, cfg, steps=cfg.steps, lr=cfg.lr, warmup=cfg.warmup,
+                      seed=seed, species_aux=0.0)
 
 
 def corner_attention_of(model: MixingModel, test: SplitTensors, n_images: int = 200) -> list[list[list[float]]]:
