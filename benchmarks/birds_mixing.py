@@ -10,7 +10,9 @@ gets the same budget, learning rate and readout.
 
     OMP_NUM_THREADS=1 python benchmarks/birds_mixing.py               # seeds 0-2, both sizes
     OMP_NUM_THREADS=1 python benchmarks/birds_mixing.py --seeds 0     # one seed
-    python benchmarks/birds_mixing.py --report                        # the table from what ran
+    OMP_NUM_THREADS=1 python benchmarks/birds_mixing.py --split val --lrs 1e-3 4e-3 1e-2 --budgets 1 3
+                                                                      # other settings, on validation images
+    python benchmarks/birds_mixing.py --report                        # the tables from what ran
 
 Each run is appended to ``benchmarks/results/birds_mixing.jsonl`` as it ends (runs already there are
 skipped); the table goes to ``birds_mixing.md``.
@@ -26,11 +28,14 @@ from dataclasses import asdict
 import torch
 from harness import RESULTS, Machine, latest_per_process, over_seeds, read_jsonl
 
+from tokformer.tasks.birds.data import generate
 from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, make_split
 from tokformer.tasks.birds.mixing import (
     MIXERS,
+    PATCH,
     EncodedStream,
     MixingResult,
+    bird_token_gap,
     corner_attention_of,
     encode,
     encoder_at,
@@ -42,39 +47,51 @@ from tokformer.tasks.birds.mixing import (
 
 OUT = RESULTS / "birds_mixing"
 SIZES = (64, 96)
+DEFAULT_RUN = (BirdsConfig().steps, BirdsConfig().lr)  # the main table's budget and learning rate
+
+
+def key(row: dict) -> tuple:
+    """What a run is: rows of the first runs, before --split/--lrs/--budgets, are test runs."""
+    return (row["mixer"], row["task"], row["seed"], row["image_size"], row.get("split", "test"), row["lr"],
+            row["steps"])
 
 
 def run(args: argparse.Namespace) -> None:
     log = OUT.with_suffix(".jsonl")
-    done = {(r["mixer"], r["task"], r["seed"], r["image_size"]) for r in read_jsonl(OUT.with_suffix(".jsonl"))}
+    done = {key(r) for r in read_jsonl(log)}
     machine, threads = Machine(), f"{torch.get_num_threads()} torch thread(s)"
+    settings = [(lr, args.steps * budget) for lr in args.lrs for budget in args.budgets]
     for seed in args.seeds:
         encoder = None
         for size in args.sizes:
-            cfg = BirdsConfig(image_size=size, steps=args.steps, lr=args.lr, per_family={})
             for task in args.tasks:
-                todo = [m for m in args.mixers if (m, task, seed, size) not in done]
+                todo = [(m, lr, steps) for lr, steps in settings for m in args.mixers
+                        if (m, task, seed, size, args.split, lr, steps) not in done]
                 if not todo:
                     continue
                 encoder = encoder or train_encoder(seed, steps=args.encoder_steps)  # at 64 px, for every size
+                cfg = BirdsConfig(image_size=size, per_family={})
                 tokens = EncodedStream(TrainStream(cfg, task, seed), encoder_at(encoder, size))
-                test = make_split(cfg, task, seed, "test")
-                test_tokens = encode(tokens.encoder, test)
-                for mixer in todo:
-                    model, seconds = train_mixer(tokens, mixer, task, cfg, seed)
+                held_out = make_split(cfg, task, seed, args.split)
+                held_out_tokens = encode(tokens.encoder, held_out)
+                for mixer, lr, steps in todo:
+                    run_cfg = BirdsConfig(image_size=size, steps=steps, lr=lr, per_family={})
+                    model, seconds = train_mixer(tokens, mixer, task, run_cfg, seed)
                     result = MixingResult(mixer, task, seed, size, model.encoder.tokenizer.grid_size[0] ** 2,
-                                          token_accuracy(model, test_tokens, test.labels), mixing_parameters(model),
-                                          round(seconds, 1))
-                    row = asdict(result) | {"steps": args.steps, "lr": args.lr, "machine": machine.line(threads),
+                                          token_accuracy(model, held_out_tokens, held_out.labels),
+                                          mixing_parameters(model), round(seconds, 1))
+                    row = asdict(result) | {"split": args.split, "steps": steps, "lr": lr,
+                                            "machine": machine.line(threads),
                                             "time": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
                     if mixer.startswith("attention") and task == "compare":
-                        row["corner_attention"] = corner_attention_of(model, test)  # [layer][head] = [mass, share]
+                        row["corner_attention"] = corner_attention_of(model, held_out)  # [layer][head] = [mass, share]
                     print(json.dumps(row), flush=True)
                     with log.open("a") as f:
                         f.write(json.dumps(row) + "\n")
 
 
-def render(rows: list[dict]) -> str:
+def render(all_rows: list[dict]) -> str:
+    rows = [r for r in all_rows if r.get("split", "test") == "test" and (r["steps"], r["lr"]) == DEFAULT_RUN]
     sizes = sorted({r["image_size"] for r in rows})
     tasks = sorted({r["task"] for r in rows}, reverse=True)
     budget = sorted({(r["steps"], r["lr"]) for r in rows})
@@ -94,9 +111,50 @@ def render(rows: list[dict]) -> str:
         accs = [over_seeds([r["accuracy"] for r in sorted(mine, key=lambda r: r["seed"])
                        if r["task"] == task and r["image_size"] == s]) for task in tasks for s in sizes]
         lines.append(f"| {mixer} | " + " | ".join(params + accs) + " |")
-    machines = latest_per_process([r["machine"] for r in rows])
-    return "\n".join(lines + attention_table(rows) + ["", "Where they ran (one line per process):", "",
-                                                       *(f"- {m}" for m in machines)]) + "\n"
+    machines = latest_per_process([r["machine"] for r in all_rows])
+    return "\n".join(lines + gap_table(sizes) + attention_table(rows) + validation_table(all_rows)
+                     + ["", "Where they ran (one line per process):", "", *(f"- {m}" for m in machines)]) + "\n"
+
+
+def gap_table(sizes: list[int], n_images: int = 1000) -> list[str]:
+    """How many token steps apart the compared birds are at each size (seed 0's test images): what a conv
+    mixer of depth k must bridge (a token meets tokens within k steps, so ceil(gap / 2) layers suffice)."""
+    lines = ["", "## How far apart the compared birds are, in tokens", "",
+             "Smallest grid distance (Chebyshev, in tokens) between a token overlapping the top-right bird's box "
+             f"and one overlapping the bottom-left bird's, over seed 0's {n_images:,} test images "
+             "(`tokformer.tasks.birds.mixing.bird_token_gap`). A conv mixer of depth k brings two tokens into one "
+             "token's reach when their gap is at most 2k; a bird's box is generous (wing and tail tips), so the "
+             "birds' bodies are often a step further apart.", "",
+             "| image size | tokens | gap 0 | gap 1 | gap 2 | gap 3+ |", "|---:|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        meta = generate("compare", n_images, 0, size=size, split="test", scene=BirdsConfig().scene)
+        gaps = [bird_token_gap(meta, i) for i in range(n_images)]
+        shares = [sum(g == k for g in gaps) / n_images for k in (0, 1, 2)] + [sum(g >= 3 for g in gaps) / n_images]
+        lines.append(f"| {size} | {(size // PATCH) ** 2} | " + " | ".join(f"{100 * x:.1f}%" for x in shares) + " |")
+    return lines
+
+
+def validation_table(rows: list[dict]) -> list[str]:
+    """Accuracy on the validation images per mixer, size, learning rate and step budget: whether a mixer
+    that fails at the common setting is held back by the learning rate or the budget."""
+    val = [r for r in rows if r.get("split") == "val"]
+    if not val:
+        return []
+    settings = sorted({(r["lr"], r["steps"]) for r in val})
+    sizes = sorted({r["image_size"] for r in val})
+    lines = ["", "## Learning rate and budget, on the validation images", "",
+             "The same runs at other learning rates and step budgets, scored on each seed's validation images "
+             "(a random stream of its own; the test images above are not used to choose anything). Cells: mean "
+             "± sample std over seeds, then each seed.", "",
+             "| mixer | image size | " + " | ".join(f"lr {lr:g}, {steps} steps" for lr, steps in settings) + " |",
+             "|---|---:|" + "---:|" * len(settings)]
+    for mixer in dict.fromkeys(m for m in MIXERS if any(r["mixer"] == m for r in val)):
+        for size in sizes:
+            cells = [over_seeds([r["accuracy"] for r in sorted(val, key=lambda r: r["seed"])
+                                 if (r["mixer"], r["image_size"], r["lr"], r["steps"]) == (mixer, size, lr, steps)])
+                     for lr, steps in settings]
+            lines.append(f"| {mixer} | {size} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def attention_table(rows: list[dict]) -> list[str]:
@@ -129,8 +187,11 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--sizes", nargs="+", type=int, default=list(SIZES))
     parser.add_argument("--tasks", nargs="+", default=["compare"], choices=["compare", "count"])
-    parser.add_argument("--steps", type=int, default=BirdsConfig().steps)
-    parser.add_argument("--lr", type=float, default=BirdsConfig().lr)
+    parser.add_argument("--steps", type=int, default=BirdsConfig().steps, help="the base step budget")
+    parser.add_argument("--lrs", nargs="+", type=float, default=[BirdsConfig().lr], help="learning rates to run")
+    parser.add_argument("--budgets", nargs="+", type=int, default=[1], help="multiples of --steps to run")
+    parser.add_argument("--split", default="test", choices=["test", "val"],
+                        help="held-out images to score on: val for choosing a setting, test for the table")
     parser.add_argument("--encoder-steps", type=int, default=300, help="steps of the shared encoder's training")
     parser.add_argument("--report", action="store_true", help="only write the table from the runs so far")
     args = parser.parse_args()

@@ -16,6 +16,7 @@ from tokformer.tasks.birds.mixing import (
     EncodedStream,
     MixingModel,
     PatchEncoder,
+    bird_token_gap,
     build_mixer,
     corner_attention_of,
     encode,
@@ -154,3 +155,19 @@ def test_accuracy_on_encoded_test_tokens_is_the_accuracy_on_the_images() -> None
     on_images = accuracy(model, test, torch.device("cpu"))
     assert 0 < on_images < 1, "a constant prediction would not tell the two apart"
     assert token_accuracy(model, encode(model.encoder, test, batch_size=16), test.labels) == on_images
+
+
+def test_bird_token_gap_is_the_grid_distance_between_the_nearest_tokens_of_the_two_birds() -> None:
+    class Boxes:  # a 64 px image: a 4 x 4 grid of 16 px tokens
+        size = 64
+
+        def __init__(self, bottom_left: tuple[float, float, float, float]) -> None:
+            self.boxes = {TOP_RIGHT: (50.0, 2.0, 60.0, 12.0), BOTTOM_LEFT: bottom_left}  # TR: token (0, 3) only
+
+        def bird_boxes(self, index: int) -> dict:
+            return self.boxes
+
+    assert bird_token_gap(Boxes((2.0, 50.0, 12.0, 60.0)), 0) == 3  # token (3, 0): the opposite corner
+    assert bird_token_gap(Boxes((2.0, 34.0, 30.0, 60.0)), 0) == 2  # tokens (2..3, 0..1): nearest (2, 1)
+    assert bird_token_gap(Boxes((20.0, 20.0, 40.0, 40.0)), 0) == 1  # tokens (1..2, 1..2): nearest (1, 2)
+    assert bird_token_gap(Boxes((50.0, 2.0, 52.0, 4.0)), 0) == 0  # the same token

@@ -7,7 +7,9 @@ then frozen. On top of those ``[B, N, d]`` tokens (N = 16 at 64 px, 36 at 96 px)
 differ only in their mixing:
 
 * ``conv-k``: k layers of 3x3 convolution over the token grid (a token meets the tokens within k
-  steps; the two compared corners of a 4 x 4 grid are 3 steps apart);
+  steps). The grid's corners are 3 (64 px) and 5 (96 px) steps apart, but the birds fill their
+  quadrants: at 64 px the compared birds' tokens touch diagonally at the centre in nearly every
+  image, so one layer reaches both; :func:`bird_token_gap` measures it per image;
 * ``attention-l``: l pre-norm Transformer blocks (tokformer's encoder) over the tokens plus fixed
   2-D sin/cos positions: every token can meet every other in one layer, with d²-sized weights;
 * ``matrix-l``: l blocks whose token mixing is one learned N x N matrix, the same for every image
@@ -35,7 +37,7 @@ from tokformer.config import TransformerConfig
 from tokformer.engine import TrainConfig, build_optimizer, lr_at, seed_everything, set_lr
 from tokformer.positional import SinCos2DPositions
 from tokformer.tasks.birds.attention import attention_maps, corner_attention
-from tokformer.tasks.birds.data import N_CLASSES, N_SPECIES, generate
+from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, N_SPECIES, TOP_RIGHT, BirdImages, generate
 from tokformer.tasks.birds.experiment import BirdsConfig, SplitTensors, TrainStream, fit
 from tokformer.tasks.birds.models import PIXEL_MEAN, PIXEL_STD, READOUT_HIDDEN, TokenMixingBlock
 from tokformer.tokenizers.image import grid_positions
@@ -262,6 +264,24 @@ def corner_attention_of(model: MixingModel, test: SplitTensors, n_images: int = 
     indices = np.arange(min(n_images, len(test.labels)))
     maps = attention_maps(model, test.images[indices].float() / 255, model.mixer.encoder.blocks)
     return corner_attention(maps, test.meta, indices, PATCH, first=0).round(4).tolist()
+
+
+def bird_token_gap(meta: BirdImages, index: int, patch: int = PATCH) -> int:
+    """How many token steps apart the compared birds of image ``index`` are: the smallest Chebyshev
+    distance on the token grid between a token overlapping the top-right bird's box and one
+    overlapping the bottom-left bird's. A conv mixer of depth k lets a token meet tokens within k
+    steps, so depth ``ceil(gap / 2)`` already brings both birds into one token's reach."""
+    grid = meta.size // patch
+    boxes = meta.bird_boxes(index)
+
+    def cells(slot: int) -> np.ndarray:  # [n, 2] (row, col) of the tokens a bird's box overlaps
+        x0, y0, x1, y1 = boxes[slot]
+        rows = np.arange(max(0, int(y0 // patch)), min(grid - 1, int(y1 // patch)) + 1)
+        cols = np.arange(max(0, int(x0 // patch)), min(grid - 1, int(x1 // patch)) + 1)
+        return np.stack(np.meshgrid(rows, cols, indexing="ij"), axis=-1).reshape(-1, 2)
+
+    top_right, bottom_left = cells(TOP_RIGHT), cells(BOTTOM_LEFT)
+    return int(np.abs(top_right[:, None] - bottom_left[None]).max(axis=-1).min())
 
 
 @dataclass
