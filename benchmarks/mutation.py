@@ -150,7 +150,8 @@ NOTES: dict[str, str] = {
         "A third, with all of them (2026-12-01), was stopped after 209 of the 221: 38 survived: 10 FSDP branches "
         "(below); 11 of the data position and schedule a checkpoint records, which a test did check, but on a "
         "run made by a module-scoped fixture, which mutmut credits to the first test that asked for it, so "
-        "those mutants never ran the checking test; 17 that no test checked (the schedule at step 1 among them). The tests added since (the watch "
+        "those mutants never ran the checking test; 17 that no test checked (the schedule at step 1 "
+        "among them). The tests added since (the watch "
         "and the last metrics across a resume, best.json and pruning, a run without a finite best metric, the "
         "removal of an overwritten run, the schedule at step 1) each make their own run."),
     "beam_search": (
@@ -216,6 +217,26 @@ _SHARDED = ("the branch matters only for a model sharded over 2+ processes (FSDP
             "both forms of the optimizer state load alike, and the torchrun tests (test_engine_fsdp.py) run the "
             "installed package in subprocesses, where mutmut's mutants are not imported")
 _CAPACITY = "a buffer size, not a result: capacity stays >= what is needed and growth stays geometric (amortised O(1))"
+
+_SAME_LENGTH = ("the labels and the fold of each graph are built together, one entry per graph: zip's strict check "
+                "never fires, so it changes nothing")
+_MOST_COMMON = ("Counter.most_common(n) is sorted(..., reverse=True)[:n] by count, stable for ties, for every n: its "
+                "first element is the same")
+_TOPK_DIM = "topk's default dim is the last one, and scores are [n, classes]: dim=1"
+_FLOAT64 = "numpy's default dtype for ones() is float64"
+_ASSERT_MESSAGE = ("the message of an internal assertion: setup always loads the tokenizer before baselines are asked "
+                   "for, and the condition itself is unchanged")
+_NO_SPECIALS = ("a TranslationDataset's ids hold no special tokens (BOS, EOS and padding are added when batching, and "
+                "special strings typed in the data encode as plain text), so skipping them in decode changes nothing")
+
+_ZIP_DEFAULT = "zip's strict defaults to False"
+_SAME_MERGES = ("merge_short and merge_long give the same merges (tests/test_mutation_bpe_merge.py and the BPE parity "
+                "tests check it); which one a piece takes only changes the speed")
+_SENTINEL = "any negative index ends the linked list: every read tests `< 0`"
+_PREV_LONGER = "two more entries at the end of `prev` that no symbol points to: never read"
+_RIGHT_POSITIVE = ("a right neighbour's index is above its left one's (>= 0), so it is never 0: `< 0`, `<= 0` and "
+                   "`< 1` (and `>= 0`, `> 0`, `>= 1`) agree on every index that occurs")
+_FALSY = "None is falsy like False, and `alive` is only read for its truth"
 
 EQUIVALENT: dict[str, tuple[str, str]] = {
     # masks
@@ -331,6 +352,66 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ("(directory / STATE_JSON).write_text(json.dumps(json_state), )", _ASCII),
     "tokformer.store.training_state.x_save_training_state__mutmut_15":
         ('(directory / STATE_JSON).write_text(json.dumps(json_state), encoding="UTF-8")', _ASCII),
+    # baselines
+    "tokformer.tasks.graph.xǁGraphTaskǁbaselines__mutmut_4":
+        ("train = [label for label, f in zip(self.data.labels, self._fold_of, strict=None) if "
+         "f != self.config.fold]", _SAME_LENGTH),
+    "tokformer.tasks.graph.xǁGraphTaskǁbaselines__mutmut_7":
+        ("train = [label for label, f in zip(self.data.labels, self._fold_of, ) if f != "
+         "self.config.fold]", _SAME_LENGTH),
+    "tokformer.tasks.graph.xǁGraphTaskǁbaselines__mutmut_8":
+        ("train = [label for label, f in zip(self.data.labels, self._fold_of, strict=False) if "
+         "f != self.config.fold]", _SAME_LENGTH),
+    "tokformer.tasks.graph.xǁGraphTaskǁbaselines__mutmut_11":
+        ("majority = Counter(train).most_common(None)[0][0]", _MOST_COMMON),
+    "tokformer.tasks.graph.xǁGraphTaskǁbaselines__mutmut_13":
+        ("majority = Counter(train).most_common(2)[0][0]", _MOST_COMMON),
+    "tokformer.tasks.image_baselines.x_topk_hits__mutmut_5":
+        ("top = scores.topk(min(k, scores.shape[1]), ).indices  # [n, k]", _TOPK_DIM),
+    "tokformer.tasks.lm_data.x_unigram_perplexity__mutmut_3":
+        ("counts = np.ones(vocab_size, dtype=None)", _FLOAT64),
+    "tokformer.tasks.lm_data.x_unigram_perplexity__mutmut_5":
+        ("counts = np.ones(vocab_size, )", _FLOAT64),
+    "tokformer.tasks.lm.xǁLMTaskǁbaselines__mutmut_2":
+        ("assert self.tokenizer is not None, \"XXsetup loads the tokenizerXX\"", _ASSERT_MESSAGE),
+    "tokformer.tasks.lm.xǁLMTaskǁbaselines__mutmut_3":
+        ("assert self.tokenizer is not None, \"SETUP LOADS THE TOKENIZER\"", _ASSERT_MESSAGE),
+    "tokformer.tasks.translate.xǁTranslateTaskǁbaselines__mutmut_4":
+        ("copies = [src_tok.decode(ids, skip_special_tokens=None) for ids in eval_set.src]", _NO_SPECIALS),
+    "tokformer.tasks.translate.xǁTranslateTaskǁbaselines__mutmut_6":
+        ("copies = [src_tok.decode(ids, ) for ids in eval_set.src]", _NO_SPECIALS),
+    "tokformer.tasks.translate.xǁTranslateTaskǁbaselines__mutmut_7":
+        ("copies = [src_tok.decode(ids, skip_special_tokens=False) for ids in eval_set.src]", _NO_SPECIALS),
+    "tokformer.tasks.translate.xǁTranslateTaskǁbaselines__mutmut_10":
+        ("refs = [tgt_tok.decode(ids, skip_special_tokens=None) for ids in eval_set.tgt]", _NO_SPECIALS),
+    "tokformer.tasks.translate.xǁTranslateTaskǁbaselines__mutmut_12":
+        ("refs = [tgt_tok.decode(ids, ) for ids in eval_set.tgt]", _NO_SPECIALS),
+    "tokformer.tasks.translate.xǁTranslateTaskǁbaselines__mutmut_13":
+        ("refs = [tgt_tok.decode(ids, skip_special_tokens=False) for ids in eval_set.tgt]", _NO_SPECIALS),
+    # bpe_merge
+    "tokformer.tokenizers.bpe_merge.x_merge_short__mutmut_9":
+        ("pairs = [get(pair, _NO_MERGE) for pair in zip(ids, ids[1:], strict=None)]", _ZIP_DEFAULT),
+    "tokformer.tokenizers.bpe_merge.x_merge_short__mutmut_12":
+        ("pairs = [get(pair, _NO_MERGE) for pair in zip(ids, ids[1:], )]", _ZIP_DEFAULT),
+    "tokformer.tokenizers.bpe_merge.x_merge_piece__mutmut_1":
+        ("return merge_short(ids, ranks) if (len(ids) <= LONG_PIECE) and False else "
+         "merge_long(ids, ranks)", _SAME_MERGES),
+    "tokformer.tokenizers.bpe_merge.x_merge_piece__mutmut_7":
+        ("return merge_short(ids, ranks) if len(ids) < LONG_PIECE else merge_long(ids, ranks)", _SAME_MERGES),
+    "tokformer.tokenizers.bpe_merge.x_merge_long__mutmut_20":
+        ("nxt[-1] = -2", _SENTINEL),
+    "tokformer.tokenizers.bpe_merge.x_merge_long__mutmut_29":
+        ("prev = list(range(-1, n + 1))", _PREV_LONGER),
+    "tokformer.tokenizers.bpe_merge.x_merge_long__mutmut_54":
+        ("if not alive[left] or right <= 0 or get((value[left], value[right])) != (rank, new_id):", _RIGHT_POSITIVE),
+    "tokformer.tokenizers.bpe_merge.x_merge_long__mutmut_55":
+        ("if not alive[left] or right < 1 or get((value[left], value[right])) != (rank, new_id):", _RIGHT_POSITIVE),
+    "tokformer.tokenizers.bpe_merge.x_merge_long__mutmut_64":
+        ("if after > 0:", _RIGHT_POSITIVE),
+    "tokformer.tokenizers.bpe_merge.x_merge_long__mutmut_65":
+        ("if after >= 1:", _RIGHT_POSITIVE),
+    "tokformer.tokenizers.bpe_merge.x_merge_long__mutmut_60":
+        ("alive[right] = None", _FALSY),
 }
 
 # Survivors that are real differences no quick-tier test here can see: mutant key -> (the mutated line, why).
@@ -538,6 +619,8 @@ def run_module(name: str, names: list[str] | None = None, resume: bool = False) 
         print(f"{name}: resuming the run started {earlier['date']}", flush=True)
     elif not names:  # a full run starts clean: mutmut keeps the verdicts of unchanged functions, new tests or not
         shutil.rmtree(WORK / name / "mutants", ignore_errors=True)
+    else:  # a retest: mutmut runs a mutant against the tests its stats saw call the function; new tests are
+        (WORK / name / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)  # in them only once recollected
     root = stage(name, module)
     if not names and not earlier:
         (root / STARTED).write_text(json.dumps({"source": source, "tests": tests_hash(module), "t": time.time(),

@@ -33,13 +33,23 @@ def invoke(*args: str):
 
 def test_sort_baseline_is_copying_the_input():
     task = SortTask(SortConfig(seq_len=2, vocab=3))
-    scores = task.baselines(SortDataset(torch.tensor([[0, 1], [1, 0], [2, 1], [2, 2]])))
-    assert scores == {"identity (copy the input)": {"accuracy": 0.5, "seq_accuracy": 0.5}}
+    scores = task.baselines(SortDataset(torch.tensor([[0, 1], [1, 0], [2, 1], [2, 2], [0, 2]])))
+    assert scores == {"identity (copy the input)": {"accuracy": pytest.approx(0.6), "seq_accuracy": pytest.approx(0.6)}}
+    # 3 of the 5 are sorted already: copying gets those, and no token of the other two
 
 
 def test_majority_class_top1_and_top5():
     train_labels = [0] * 5 + [1] * 4 + [2] * 3 + [3] * 2 + [4] + [5]  # 4 and 5 tie: the lower id ranks first
     assert image_baselines.majority(train_labels, [0, 5, 6, 4], 7) == {"accuracy": 0.25, "top5": 0.5}
+
+
+def test_majority_ranks_the_training_counts_not_the_class_ids():
+    """The training majority is class 3 (3, 1, 5 by count; the unseen 0, 2, 4 after, lower id first): no ranking
+    by id, by reversed id or with unseen classes counted once gives these scores."""
+    train_labels = [3, 3, 3, 1, 1, 5]
+    assert image_baselines.majority(train_labels, [3, 1, 5, 4], 6) == {"accuracy": 0.25, "top5": 0.75}
+    assert image_baselines.majority(train_labels, [3, 5, 5, 5], 6) == {"accuracy": 0.25, "top5": 1.0}
+    assert image_baselines.majority([1, 1, 4, 4], [4, 1, 1], 6) == {"accuracy": 2 / 3, "top5": 1.0}  # a tie: 1 first
 
 
 def test_pixel_logistic_regression_separates_dark_from_light():
@@ -78,6 +88,22 @@ def test_graph_baseline_takes_its_majority_from_the_training_folds_not_the_evalu
     assert accuracy == 0.25, (
         f"baseline accuracy {accuracy}: expected 0.25, the share of the training majority 'a' in the held-out fold "
         f"(0.75 would mean the majority was taken from the evaluated fold)")
+
+
+def test_graph_baseline_of_a_single_held_out_graph_is_zero_or_one(monkeypatch):
+    import tokformer.tasks.graph as graph_task
+
+    labels = ["a", "a", "a", "b", "b"]
+    monkeypatch.setattr(graph_task, "stratified_folds", lambda *args: [0, 0, 0, 0, 1])
+    register_graphs("test-report-graphs-single", [nx.cycle_graph(4 + i) for i in range(5)], labels)
+    task = GraphTask(GraphConfig(data="test-report-graphs-single", folds=2, fold=1))
+    held_out = task.eval_dataset()
+    assert held_out.labels == [1]  # the one "b"; the training folds vote "a"
+    assert task.baselines(held_out) == {"majority class of the training folds": {"accuracy": 0.0}}
+    monkeypatch.setattr(graph_task, "stratified_folds", lambda *args: [0, 0, 0, 1, 0])
+    register_graphs("test-report-graphs-single-a", [nx.cycle_graph(4 + i) for i in range(5)], ["a", "a", "a", "a", "b"])
+    task = GraphTask(GraphConfig(data="test-report-graphs-single-a", folds=2, fold=1))
+    assert task.baselines(task.eval_dataset()) == {"majority class of the training folds": {"accuracy": 1.0}}
 
 
 def test_translate_baseline_is_copying_the_source(tmp_path):
@@ -156,6 +182,13 @@ def test_evaluate_lm_on_other_data_scores_all_of_it(tmp_path):
     assert report["metrics"]["loss"] == pytest.approx(float(nll) / n, rel=1e-5)
     unigram = report["baselines"][UNIGRAM]
     assert unigram["loss"] == pytest.approx(math.log(unigram["perplexity"])) and unigram["perplexity"] > 1
+    task.setup(tmp_path / "run", local())  # the run's prepared training corpus, as evaluate reads it
+    scored = task.eval_data(str(other), tmp_path / "work", local())  # the training split's unigram, on the file
+    on_file = lm_data.unigram_perplexity(task._prepared(), task.tokenizer.vocab_size, scored.target_range,
+                                         scored=scored.corpus)
+    on_training = lm_data.unigram_perplexity(task._prepared(), task.tokenizer.vocab_size, scored.target_range)
+    assert on_file != pytest.approx(on_training)
+    assert unigram["perplexity"] == pytest.approx(on_file), "the unigram baseline did not score the evaluated file"
     held_out = evaluate(tmp_path / "run", device="cpu", quiet=True)
     assert held_out.metrics["loss"] != pytest.approx(report["metrics"]["loss"])
 
@@ -214,3 +247,28 @@ def test_evaluate_graph_on_a_folder_of_graph_files(tmp_path):
     result = evaluate(run, data=tmp_path / "graphs", device="cpu", quiet=True)
     assert result.data == str(tmp_path / "graphs")
     assert result.baselines == {"majority class of the training folds": {"accuracy": 0.5}}  # 3 cycles of 6
+
+
+def test_pixel_baseline_shrinks_images_with_antialiasing():
+    """A 1-pixel checkerboard shrunk to 8x8 averages to grey everywhere; sampling it without antialiasing (or at
+    the corners) picks black and white pixels instead."""
+    board = ((torch.arange(32)[:, None] + torch.arange(32)[None, :]) % 2 * 255).to(torch.uint8)  # [32, 32]
+    images = TensorImages(board.expand(1, 3, 32, 32).clone(), torch.tensor([0]), ["board"])
+    x, y = image_baselines.pixels(images, [0])
+    assert x.shape == (1, 3 * image_baselines.SIDE**2) and y.tolist() == [0]
+    torch.testing.assert_close(x, torch.full_like(x, 0.5), atol=0.02, rtol=0)
+
+
+def test_pixel_logistic_regression_top1_is_not_top2():
+    """Three classes, one of them (2) a blend of the others: top-1 misses some of it, top-2 does not."""
+    def images(n: int, seed: int) -> TensorImages:
+        g = torch.Generator().manual_seed(seed)
+        labels = torch.arange(n) % 3
+        level = torch.tensor([30.0, 220.0, 125.0])[labels]  # class 2 sits between 0 and 1
+        brightness = level + 45 * torch.randn(n, generator=g)  # one level per image: the classes overlap
+        pixels = brightness[:, None, None, None] + 10 * torch.randn(n, 3, 8, 8, generator=g)
+        return TensorImages(pixels.clamp(0, 255).to(torch.uint8), labels, ["dark", "light", "grey"])
+
+    scores = image_baselines.logistic_regression(images(90, 0), images(300, 1), 3)
+    assert 0.5 < scores["accuracy"] < 0.85, scores  # top-2 holds the label of nearly every image here
+    assert scores["top5"] == 1.0  # three classes: the top five hold them all
