@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from tokformer.cli import main
 from tokformer.engine import evaluate, load_run
 from tokformer.engine.report import Evaluation
+from tokformer.errors import DataError
 from tokformer.runtime.distributed import local
 from tokformer.tasks import image_baselines, lm_data
 from tokformer.tasks.graph import GraphConfig, GraphTask, register_graphs
@@ -129,6 +130,19 @@ def test_unigram_baseline_scores_another_corpus(tmp_path):
     targets = [98, 0]  # the other corpus is b b eot; its first id is never a target
     expected = math.exp(-np.mean(np.log(counts[targets] / counts.sum())))
     assert lm_data.unigram_perplexity(train_corpus, 100, (1, 3), scored=other) == pytest.approx(expected)
+    for chunk in (1, 2, 3):  # counting and scoring chunk by chunk must not change the number
+        scored = lm_data.unigram_perplexity(train_corpus, 100, (1, 3), chunk=chunk, scored=other)
+        assert scored == pytest.approx(expected), f"chunk={chunk}"
+    own = math.exp(-np.mean(np.log(counts[[97, 98]] / counts.sum())))  # the train split's own ids 1-2: a b
+    assert lm_data.unigram_perplexity(train_corpus, 100, (1, 3)) == pytest.approx(own)  # each target counted once
+    one = math.exp(-math.log(counts[98] / counts.sum()))  # a single target token: 1 / p(b)
+    assert lm_data.unigram_perplexity(train_corpus, 100, (1, 2), scored=other) == pytest.approx(one)
+
+
+def test_unigram_baseline_refuses_an_id_at_the_vocabulary_size(tmp_path):
+    lm_data.pack_corpus(["aaaa"], lambda t: [ord(c) for c in t], 0, 100, tmp_path / "train", 0.4, [])  # ids 97
+    with pytest.raises(DataError, match="token id 97, past the tokenizer's vocabulary of 97"):
+        lm_data.unigram_perplexity(lm_data.TokenCorpus(tmp_path / "train"), 97, (0, 1))
 
 
 def test_table_lists_each_metric_beside_each_baseline():
@@ -250,13 +264,29 @@ def test_evaluate_graph_on_a_folder_of_graph_files(tmp_path):
 
 
 def test_pixel_baseline_shrinks_images_with_antialiasing():
-    """A 1-pixel checkerboard shrunk to 8x8 averages to grey everywhere; sampling it without antialiasing (or at
-    the corners) picks black and white pixels instead."""
-    board = ((torch.arange(32)[:, None] + torch.arange(32)[None, :]) % 2 * 255).to(torch.uint8)  # [32, 32]
-    images = TensorImages(board.expand(1, 3, 32, 32).clone(), torch.tensor([0]), ["board"])
-    x, y = image_baselines.pixels(images, [0])
-    assert x.shape == (1, 3 * image_baselines.SIDE**2) and y.tolist() == [0]
-    torch.testing.assert_close(x, torch.full_like(x, 0.5), atol=0.02, rtol=0)
+    """One white column in every four, shrunk 4x: averaging (antialiasing) gives a quarter-grey inside,
+    sampling between two black columns gives black. A white image stays exactly white (pixels / 255)."""
+    stripes = ((torch.arange(32) % 4 == 0).to(torch.uint8) * 255).expand(32, 32)  # [32, 32]: columns 0, 4, 8, ...
+    white = torch.full((32, 32), 255, dtype=torch.uint8)
+    images = TensorImages(torch.stack([stripes, white])[:, None].expand(2, 3, 32, 32).clone(), torch.tensor([0, 1]),
+                          ["stripes", "white"])
+    x, y = image_baselines.pixels(images, [0, 1])
+    assert x.shape == (2, 3 * image_baselines.SIDE**2) and y.tolist() == [0, 1]
+    inner = x[0].view(3, 8, 8)[..., 1:-1]  # the edge columns average over fewer stripes
+    torch.testing.assert_close(inner, torch.full_like(inner, 0.25), atol=1e-9, rtol=0)
+    assert torch.equal(x[1], torch.ones_like(x[1]))
+
+
+def test_pixel_logistic_regression_learns_its_bias():
+    """Noise images, 90% of them class 0: only the bias can tell, and it says class 0 (a bias left at zero, or
+    subtracted, predicts from the noise alone)."""
+    def images(n: int, seed: int) -> TensorImages:
+        g = torch.Generator().manual_seed(seed)
+        labels = (torch.arange(n) % 10 == 0).long()  # one in ten is class 1
+        return TensorImages(torch.randint(0, 256, (n, 3, 8, 8), generator=g, dtype=torch.uint8), labels,
+                            ["common", "rare"])
+
+    assert image_baselines.logistic_regression(images(200, 0), images(200, 1), 2)["accuracy"] >= 0.85
 
 
 def test_pixel_logistic_regression_top1_is_not_top2():
