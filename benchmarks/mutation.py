@@ -813,9 +813,10 @@ def report() -> str:
                  f"**{100 * total['killed'] / counted:.1f}%**" if counted else "-", f"{total['wall'] / 60:.1f} min"])
     loads = [r["load_before"] for r in runs] + [r["load_after"] for r in runs]
     dates = sorted(r["date"] for r in runs)
-    machine = (f"Machine: {cpu_model()}, {cores()} cores, one mutant at a time (max_children = {CHILDREN}) "
-               f"with OMP_NUM_THREADS=1; load average {min(loads, default='-')} to {max(loads, default='-')} "
-               f"(1, 5, 15 min) before and after the modules, another engineer's test runs sharing the cores; "
+    machine = (f"Machine: {cpu_model()}, {cores()} cores, one mutant at a time (max_children = 1; the runs of "
+               f"2026-12-02 partly two at a time, `--children 2`) with OMP_NUM_THREADS=1; load average "
+               f"{min(loads, default='-')} to {max(loads, default='-')} (1, 5, 15 min) before and after the modules, "
+               f"other jobs (test runs, single-thread experiments) sharing the cores; "
                f"{versions(['mutmut', 'torch', 'pytest', 'hypothesis'])}; runs {dates[0] if dates else '-'} "
                f"to {dates[-1] if dates else '-'}.")
     text = ["# Mutation testing", "", machine, "",
