@@ -235,9 +235,11 @@ class EncodedStream:
     def inputs(self, step: int, device: torch.device, channels_last: bool) -> tuple[Tensor, Tensor, Tensor]:
         """Tokens ``[B, N, d]``, labels ``[B]`` and species present of ``step`` (``channels_last``:
         images only, ignored)."""
-        images, labels, species = self.stream.inputs(step, device, channels_last=False)
-        if step not in self._tokens:
+        if step not in self._tokens:  # the images are only drawn into floats the first time
+            images, labels, species = self.stream.inputs(step, device, channels_last=False)
             self._tokens[step] = self.encoder.to(device)(images)
+        else:
+            _, labels, species = self.stream.batch(step)
         return self._tokens[step], labels, species
 
 
