@@ -226,8 +226,8 @@ def _images(root, classes: dict[str, int], shade: dict[str, int]) -> None:
 
 def test_evaluate_classify_on_another_image_folder(tmp_path):
     shade = {"dark": 10, "light": 220}
-    _images(tmp_path / "train", {"dark": 12, "light": 6}, shade)
-    _images(tmp_path / "other", {"dark": 2, "light": 6}, shade)
+    _images(tmp_path / "train", {"dark": 6, "light": 12}, shade)  # the majority is class 1, not 0
+    _images(tmp_path / "other", {"dark": 6, "light": 2}, shade)
     args = ["--image-size", "16", "--patch-size", "8", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
             "--batch-size", "4", "--steps", "2", "--eval-every", "2", "--device", "cpu", "-q"]
     assert invoke("train", "classify", "--data", tmp_path / "train", *args, "--run-dir", tmp_path / "r").exit_code == 0
@@ -235,13 +235,13 @@ def test_evaluate_classify_on_another_image_folder(tmp_path):
     assert out.exit_code == 0, out.output
     report = json.loads(out.output)
     task, model = load_run(tmp_path / "r")
-    paths = [tmp_path / "other" / c / f"{i}.png" for c, n in (("dark", 2), ("light", 6)) for i in range(n)]
-    labels = [0] * 2 + [1] * 6
+    paths = [tmp_path / "other" / c / f"{i}.png" for c, n in (("dark", 6), ("light", 2)) for i in range(n)]
+    labels = [0] * 6 + [1] * 2
     predicted = [ranked[0][0] for ranked in task.predict(model, paths)]
     accuracy = sum(p == task.classes[y] for p, y in zip(predicted, labels, strict=True)) / len(labels)
     assert report["metrics"]["accuracy"] == pytest.approx(accuracy)
     baselines = report["baselines"]
-    assert baselines[image_baselines.MAJORITY] == {"accuracy": 0.25, "top5": 1.0}  # training majority: dark
+    assert baselines[image_baselines.MAJORITY] == {"accuracy": 0.25, "top5": 1.0}  # training majority: light
     assert baselines[image_baselines.LINEAR]["accuracy"] == 1.0  # grey level separates them
 
 
