@@ -51,10 +51,16 @@ def bird_tokens(meta: BirdImages, index: int, slot: int, patch: int, first: int 
     x0, y0, x1, y1 = meta.bird_boxes(index)[slot]
     cx, cy, hw, hh = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 4, (y1 - y0) / 4
     grid = meta.size // patch
-    rows = np.arange(int((cy - hh) // patch), int((cy + hh) // patch) + 1)
-    cols = np.arange(int((cx - hw) // patch), int((cx + hw) // patch) + 1)
-    rows, cols = rows[(rows >= 0) & (rows < grid)], cols[(cols >= 0) & (cols < grid)]
+    rows, cols = box_cells((cx - hw, cy - hh, cx + hw, cy + hh), patch, grid)
     return first + (rows[:, None] * grid + cols[None, :]).ravel()
+
+
+def box_cells(box: tuple[float, float, float, float], patch: int, grid: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows and the columns of a ``grid`` x ``grid`` patch grid that a pixel box (x0, y0, x1, y1) overlaps."""
+    x0, y0, x1, y1 = box
+    rows = np.arange(max(0, int(y0 // patch)), min(grid - 1, int(y1 // patch)) + 1)
+    cols = np.arange(max(0, int(x0 // patch)), min(grid - 1, int(x1 // patch)) + 1)
+    return rows, cols
 
 
 def _between(probs: Tensor, queries: np.ndarray, keys: np.ndarray) -> Tensor:  # [H, N, N] -> [H, q, k]

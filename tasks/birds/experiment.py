@@ -213,18 +213,24 @@ def to_float(images: Tensor, device: torch.device, channels_last: bool) -> Tenso
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
 
-@torch.no_grad()
 def accuracy(model: nn.Module, split: SplitTensors, device: torch.device, batch_size: int = 250) -> float:
     """Fraction of ``split`` classified correctly."""
+    cl, classes = prefers_channels_last(model), N_CLASSES[split.meta.task]  # the rest are auxiliary species logits
+    return batched_accuracy(model, lambda rows: model(to_float(split.images[rows], device, cl))[:, :classes],
+                            split.labels, batch_size)
+
+
+@torch.no_grad()
+def batched_accuracy(model: nn.Module, logits: Callable[[slice], Tensor], labels: Tensor, batch_size: int) -> float:
+    """Fraction of ``labels`` that the argmax of ``logits(rows)`` gets right, ``batch_size`` rows at a time,
+    with ``model`` in eval mode meanwhile (dropout off, norms on their running statistics)."""
     model.eval()
-    cl = prefers_channels_last(model)
     correct = 0
-    for i in range(0, len(split.labels), batch_size):
-        logits = model(to_float(split.images[i : i + batch_size], device, cl))
-        task_logits = logits[:, : N_CLASSES[split.meta.task]]  # the rest are auxiliary species logits
-        correct += int((task_logits.argmax(dim=-1).cpu() == split.labels[i : i + batch_size]).sum())
+    for i in range(0, len(labels), batch_size):
+        rows = slice(i, i + batch_size)
+        correct += int((logits(rows).argmax(dim=-1).cpu() == labels[rows]).sum())
     model.train()
-    return correct / len(split.labels)
+    return correct / len(labels)
 
 
 def train_model(name: str, task: str, train: TrainStream, cfg: BirdsConfig, seed: int,

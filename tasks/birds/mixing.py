@@ -36,9 +36,9 @@ from torch import Tensor, nn
 from tokformer.config import TransformerConfig
 from tokformer.engine import TrainConfig, build_optimizer, lr_at, seed_everything, set_lr
 from tokformer.positional import SinCos2DPositions
-from tokformer.tasks.birds.attention import attention_maps, corner_attention
+from tokformer.tasks.birds.attention import attention_maps, box_cells, corner_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, N_SPECIES, TOP_RIGHT, BirdImages, generate
-from tokformer.tasks.birds.experiment import BirdsConfig, SplitTensors, TrainStream, fit
+from tokformer.tasks.birds.experiment import BirdsConfig, SplitTensors, TrainStream, batched_accuracy, fit
 from tokformer.tasks.birds.models import PIXEL_MEAN, PIXEL_STD, READOUT_HIDDEN, TokenMixingBlock
 from tokformer.tokenizers.image import grid_positions
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
@@ -210,15 +210,10 @@ def encode(encoder: PatchEncoder, split: SplitTensors, batch_size: int = 250) ->
                       for i in range(0, len(split.labels), batch_size)])
 
 
-@torch.no_grad()
 def token_accuracy(model: MixingModel, tokens: Tensor, labels: Tensor, batch_size: int = 250) -> float:
     """Fraction of a split classified correctly from its encoded ``tokens`` (:func:`encode`): what
     :func:`tokformer.tasks.birds.experiment.accuracy` gives on its images, without re-encoding them."""
-    model.eval()
-    correct = sum(int((model.mix(tokens[i : i + batch_size]).argmax(dim=-1) == labels[i : i + batch_size]).sum())
-                  for i in range(0, len(labels), batch_size))
-    model.train()
-    return correct / len(labels)
+    return batched_accuracy(model, lambda rows: model.mix(tokens[rows]), labels, batch_size)
 
 
 class EncodedStream:
@@ -277,9 +272,7 @@ def bird_token_gap(meta: BirdImages, index: int, patch: int = PATCH) -> int:
     boxes = meta.bird_boxes(index)
 
     def cells(slot: int) -> np.ndarray:  # [n, 2] (row, col) of the tokens a bird's box overlaps
-        x0, y0, x1, y1 = boxes[slot]
-        rows = np.arange(max(0, int(y0 // patch)), min(grid - 1, int(y1 // patch)) + 1)
-        cols = np.arange(max(0, int(x0 // patch)), min(grid - 1, int(x1 // patch)) + 1)
+        rows, cols = box_cells(boxes[slot], patch, grid)
         return np.stack(np.meshgrid(rows, cols, indexing="ij"), axis=-1).reshape(-1, 2)
 
     top_right, bottom_left = cells(TOP_RIGHT), cells(BOTTOM_LEFT)
