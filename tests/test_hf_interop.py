@@ -9,12 +9,12 @@ must load in ``AutoModelForCausalLM`` and ``AutoTokenizer``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
 from click.testing import CliRunner
+from hf_models import FAMILIES, TEXT, VOCAB_ROWS, build_reference, outside_repo, tokformer_logits, transformers
 
 from tokformer.cli import main
 from tokformer.errors import TokformerError
@@ -23,56 +23,10 @@ from tokformer.interop import hf
 from tokformer.sampling import SamplingConfig
 from tokformer.tokenizers.bpe import BPETokenizer
 
-transformers = pytest.importorskip("transformers")
-
-TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog. "
-        "Über den Wolken muss die Freiheit wohl grenzenlos sein.\n") * 20
-VOCAB_ROWS = 320  # more rows than the 300-token tokenizer: checkpoints pad their tables
-
-FAMILIES = {
-    # name: (model_type, config overrides)
-    "gpt2": ("gpt2", dict(n_embd=48, n_head=4, n_layer=2, n_positions=64, n_inner=80, tie_word_embeddings=True)),
-    "gpt2-untied-relu": ("gpt2", dict(n_embd=32, n_head=2, n_layer=1, n_positions=40, activation_function="relu",
-                                      tie_word_embeddings=False)),
-    "llama-gqa": ("llama", dict(hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
-                                num_key_value_heads=2, rope_theta=5000.0, max_position_embeddings=64,
-                                tie_word_embeddings=False)),
-    "llama-mqa-tied-bias": ("llama", dict(hidden_size=32, intermediate_size=40, num_hidden_layers=2,
-                                          num_attention_heads=4, num_key_value_heads=1, attention_bias=True,
-                                          mlp_bias=True, tie_word_embeddings=True, max_position_embeddings=64)),
-    "qwen2": ("qwen2", dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                            num_key_value_heads=2, rope_theta=1e6, max_position_embeddings=64,
-                            tie_word_embeddings=True)),
-    "mistral": ("mistral", dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
-                                num_key_value_heads=2, head_dim=8, sliding_window=4096, max_position_embeddings=64,
-                                tie_word_embeddings=False)),
-}
-
 
 @pytest.fixture(scope="module")
 def tokenizer() -> BPETokenizer:
     return BPETokenizer.train([TEXT], 300, special_tokens=[hf.EOT])
-
-
-def randomise(model: torch.nn.Module, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            base = 1.0 if "norm" in name or "ln_" in name else 0.0
-            p.copy_(base + torch.randn(p.shape, generator=g) * (0.2 if base else 0.1))
-
-
-def build_reference(kind: str, folder: Path, tokenizer: BPETokenizer, seed: int = 0) -> torch.nn.Module:
-    """A random transformers model of ``kind`` saved as a Hugging Face folder with our tokenizer."""
-    model_type, overrides = FAMILIES[kind]
-    config = transformers.AutoConfig.for_model(model_type, vocab_size=VOCAB_ROWS, eos_token_id=None,
-                                               bos_token_id=None, **overrides)
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomise(model, seed)
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_hf_json(folder / "tokenizer.json")
-    return model
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -86,12 +40,9 @@ def test_logits_match(reference, tokenizer) -> None:
     task, ours = hf.load_hf_folder(folder)
     ids = torch.tensor([tokenizer.encode("def add(a, b): The quick brown fox")[:20]] * 2)
     ids[1, 3:9] = torch.arange(250, 256)  # rows differ
-    positions = torch.arange(ids.shape[1]).expand_as(ids)
-    from tokformer.batch import TokenBatch
-
     with torch.no_grad():
         expected = ref(input_ids=ids).logits
-        got = ours(TokenBatch(mask=torch.ones_like(ids, dtype=torch.bool), ids=ids, positions=positions))
+    got = tokformer_logits(ours, ids)
     assert got.shape == (2, ids.shape[1], VOCAB_ROWS)
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
     assert expected.std() > 0.5  # randomised weights: logits far from flat, so the comparison means something
@@ -128,13 +79,9 @@ def test_exported_folder_loads_in_transformers(reference, tokenizer, tmp_path) -
     kind, ref, folder = reference
     task, ours = hf.load_hf_folder(folder)
     out = hf.save_hf_folder(task, ours, tmp_path / "out")
-    cwd = os.getcwd()
-    os.chdir(tmp_path)  # the repo's own tokenizers/ must not shadow Hugging Face's
-    try:
+    with outside_repo(tmp_path):
         reloaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
         hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
-    finally:
-        os.chdir(cwd)
     ids = torch.tensor([tokenizer.encode("lazy dog. Über")])
     with torch.no_grad():
         torch.testing.assert_close(reloaded(input_ids=ids).logits, ref(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
@@ -157,12 +104,8 @@ def test_a_tokformer_trained_llama_exports(tmp_path, tokenizer) -> None:
     assert json.loads((out / "config.json").read_text())["model_type"] == "qwen2"
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     ids = torch.tensor([tokenizer.encode("The quick brown fox")])
-    from tokformer.batch import TokenBatch
-
     with torch.no_grad():
-        ours = model(TokenBatch(mask=torch.ones_like(ids, dtype=torch.bool), ids=ids,
-                                positions=torch.arange(ids.shape[1])[None]))
-        torch.testing.assert_close(reloaded(input_ids=ids).logits, ours, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(reloaded(input_ids=ids).logits, tokformer_logits(model, ids), atol=1e-5, rtol=1e-5)
 
 
 def test_cli_generates_what_transformers_generates(tmp_path, tokenizer) -> None:
@@ -189,12 +132,8 @@ def test_cli_adds_the_bos_token_the_tokenizer_adds(tmp_path, tokenizer) -> None:
         "special_tokens": {hf.EOT: {"id": hf.EOT, "ids": [eot_id], "tokens": [hf.EOT]}},
     }
     (folder / "tokenizer.json").write_text(json.dumps(document))
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
+    with outside_repo(tmp_path):
         ids = transformers.AutoTokenizer.from_pretrained(folder)("lazy dog")["input_ids"]
-    finally:
-        os.chdir(cwd)
     assert ids[0] == eot_id  # transformers' tokenizer does add it
     expected = ref.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                             max_new_tokens=12, do_sample=False, pad_token_id=0)[0, len(ids):].tolist()
@@ -257,19 +196,14 @@ def test_missing_tokenizer_is_named(tmp_path, tokenizer) -> None:
 def test_sharded_checkpoint_loads(tmp_path, tokenizer) -> None:
     """A model.safetensors.index.json with several shards loads like one file."""
     folder = tmp_path / "sharded"
-    model_type, overrides = FAMILIES["llama-gqa"]
     ref = build_reference("llama-gqa", folder, tokenizer)
     (folder / "model.safetensors").unlink()
     ref.save_pretrained(folder, max_shard_size="20KB")
     assert len(list(folder.glob("model-*.safetensors"))) > 1
     _, ours = hf.load_hf_folder(folder)
     ids = torch.tensor([tokenizer.encode("quick brown")])
-    from tokformer.batch import TokenBatch
-
     with torch.no_grad():
-        got = ours(TokenBatch(mask=torch.ones_like(ids, dtype=torch.bool), ids=ids,
-                              positions=torch.arange(ids.shape[1])[None]))
-        torch.testing.assert_close(got, ref(input_ids=ids).logits, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(tokformer_logits(ours, ids), ref(input_ids=ids).logits, atol=1e-4, rtol=1e-4)
 
 
 def test_models_with_no_hf_family_are_refused(tokenizer) -> None:

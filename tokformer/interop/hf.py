@@ -60,6 +60,19 @@ EOT = "<|endoftext|>"
 _GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
                      "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu", "quick_gelu": "quick_gelu"}
 _GATED = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu"}
+# What transformers' config class of each family assumes for a key config.json leaves out (the keys
+# read here; transformers 5), so a short hand-written config reads as transformers reads it.
+_LLAMA_DEFAULTS = {"rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False}
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "gpt2": {"n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+             "tie_word_embeddings": True},
+    "llama": {**_LLAMA_DEFAULTS, "max_position_embeddings": 2048, "num_key_value_heads": None,
+              "attention_bias": False, "mlp_bias": False},
+    "mistral": {**_LLAMA_DEFAULTS, "max_position_embeddings": 131072, "num_key_value_heads": 8,
+                "sliding_window": 4096},
+    "qwen2": {**_LLAMA_DEFAULTS, "max_position_embeddings": 32768, "num_key_value_heads": 32,
+              "use_sliding_window": False},
+}
 
 
 # -- reading a folder ---------------------------------------------------------------------
@@ -137,10 +150,11 @@ def lm_config_from_hf(hf: dict[str, Any]):
     family = hf.get("model_type")
     if family not in FAMILIES:
         raise ConfigError(f"model_type {family!r} is not supported; tokformer converts {', '.join(FAMILIES)}")
+    hf = {**DEFAULTS[family], **hf}
     try:
         fields = _gpt2_fields(hf) if family == "gpt2" else _llama_fields(hf, family)
         return LMConfig(data="", dropout=0.0, vocab_size=int(hf["vocab_size"]), embedding_rows=int(hf["vocab_size"]),
-                        tie_embeddings=bool(hf.get("tie_word_embeddings", family == "gpt2")), **fields)
+                        tie_embeddings=bool(hf["tie_word_embeddings"]), **fields)
     except KeyError as err:
         raise ConfigError(f"{family} config has no {err.args[0]!r}") from None
     except ValueError as err:
@@ -159,9 +173,9 @@ def _gpt2_fields(hf: dict[str, Any]) -> dict[str, Any]:
                          "activation_function": lambda v: v in _GPT2_ACTIVATIONS})
     d_model = int(hf["n_embd"])
     return dict(d_model=d_model, n_heads=int(hf["n_head"]), n_layers=int(hf["n_layer"]),
-                d_ff=int(hf.get("n_inner") or 4 * d_model), context_len=int(hf["n_positions"]),
-                activation=_GPT2_ACTIVATIONS[hf.get("activation_function", "gelu_new")],
-                norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), position="learned")
+                d_ff=int(hf["n_inner"] or 4 * d_model), context_len=int(hf["n_positions"]),
+                activation=_GPT2_ACTIVATIONS[hf["activation_function"]], norm_eps=float(hf["layer_norm_epsilon"]),
+                position="learned")
 
 
 def _rope_theta(hf: dict[str, Any], family: str) -> float:
@@ -178,18 +192,18 @@ def _llama_fields(hf: dict[str, Any], family: str) -> dict[str, Any]:
     d_model, n_heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
     _refuse(hf, family, {"head_dim": lambda v: v is None or v * n_heads == d_model,
                          "hidden_act": lambda v: v in _GATED, "qk_norm": lambda v: not v})
-    context = int(hf.get("max_position_embeddings", 2048))
+    context = int(hf["max_position_embeddings"])
     window = hf.get("sliding_window")
-    if window and hf.get("use_sliding_window", family == "mistral"):
+    if window and hf.get("use_sliding_window", True):  # Qwen2 has the switch (off by default), Mistral not
         context = min(context, int(window))  # within one window, sliding attention is full attention
-    attention_bias = bool(hf.get("attention_bias", False))
+    attention_bias = bool(hf.get("attention_bias"))
     return dict(d_model=d_model, n_heads=n_heads, n_layers=int(hf["num_hidden_layers"]),
                 d_ff=int(hf["intermediate_size"]), context_len=context, position="rope",
-                rope_theta=_rope_theta(hf, family), norm="rms", norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-                mlp=_GATED[hf.get("hidden_act", "silu")], n_kv_heads=int(hf.get("num_key_value_heads") or n_heads),
-                activation="gelu_tanh" if hf.get("hidden_act") == "gelu_pytorch_tanh" else "silu", bias=False,
+                rope_theta=_rope_theta(hf, family), norm="rms", norm_eps=float(hf["rms_norm_eps"]),
+                mlp=_GATED[hf["hidden_act"]], n_kv_heads=int(hf["num_key_value_heads"] or n_heads),
+                activation="gelu_tanh" if hf["hidden_act"] == "gelu_pytorch_tanh" else "silu",
                 qkv_bias=family == "qwen2" or attention_bias, out_bias=attention_bias and family != "qwen2",
-                mlp_bias=bool(hf.get("mlp_bias", False)))
+                mlp_bias=bool(hf.get("mlp_bias")))
 
 
 def family_of(cfg) -> str:
@@ -294,7 +308,7 @@ def state_from_hf(state: dict[str, Tensor], family: str, cfg) -> dict[str, Tenso
         remaining = {k if k.startswith(("transformer.", "lm_head.")) else f"transformer.{k}": v
                      for k, v in remaining.items()}  # bare GPT2Model checkpoints lack the prefix
         for ours, (theirs, conv) in _gpt2_map(cfg.n_layers).items():
-            if ours == "head.weight" and (cfg.tie_embeddings or theirs not in remaining):
+            if ours == "head.weight" and cfg.tie_embeddings:
                 remaining.pop(theirs, None)
                 continue
             value = take(theirs)
@@ -348,12 +362,11 @@ def state_to_hf(state: dict[str, Tensor], family: str, cfg) -> dict[str, Tensor]
                     out[f"{theirs}{hf_part}.{kind}"] = state[f"{ours}{part}.{kind}"]
         for part, hf_parts in _STACKED.items():
             for kind in ("weight", "bias"):
-                if f"{ours}{part}.{kind}" not in state:
-                    continue
-                value = state[f"{ours}{part}.{kind}"]
-                sizes = [cfg.d_model, kv_width, kv_width] if part == "attn.qkv" else [value.shape[0] // 2] * 2
-                for hf_part, piece in zip(hf_parts, value.split(sizes), strict=True):
-                    out[f"{theirs}{hf_part}.{kind}"] = piece.contiguous()
+                if f"{ours}{part}.{kind}" in state:
+                    value = state[f"{ours}{part}.{kind}"]
+                    sizes = [cfg.d_model, kv_width, kv_width] if part == "attn.qkv" else [value.shape[0] // 2] * 2
+                    for hf_part, piece in zip(hf_parts, value.split(sizes), strict=True):
+                        out[f"{theirs}{hf_part}.{kind}"] = piece.contiguous()
     return out
 
 
@@ -381,20 +394,36 @@ def load_hf_folder(folder: str | os.PathLike) -> tuple[Any, CausalLM]:
 
 def _special_tokens(folder: Path, hf: dict[str, Any], tokenizer: Any) -> dict[str, str | None]:
     """``bos_token``: what the folder's tokenizer puts before a prompt (``add_bos_token``, or a
-    special token ahead of ``$A`` in a TemplateProcessing post-processor); ``eos_token``: the
-    config's ``eos_token_id`` (the first one, when it lists several)."""
+    special token ahead of ``$A`` in a TemplateProcessing post-processor, alone or in a Sequence
+    as Llama 3 has it); ``eos_token``: the config's ``eos_token_id`` (the first one, when it lists
+    several). Each only when it is one of the tokenizer's special tokens."""
     names = {i: name for name, i in tokenizer.special_tokens.items()}
-    eos_id = hf.get("eos_token_id")
-    eos_id = eos_id[0] if isinstance(eos_id, list) and eos_id else eos_id
     bos: str | None = None
-    options = _json_or_empty(folder / "tokenizer_config.json")
-    if options.get("add_bos_token") and hf.get("bos_token_id") in names:
-        bos = names[hf["bos_token_id"]]
-    processor = _json_or_empty(folder / "tokenizer.json").get("post_processor") or {}
-    single = (processor.get("single") or []) if processor.get("type") == "TemplateProcessing" else []
-    if single and "SpecialToken" in single[0]:
-        bos = single[0]["SpecialToken"].get("id")
-    return {"bos_token": bos, "eos_token": names.get(eos_id)}
+    if _json_or_empty(folder / "tokenizer_config.json").get("add_bos_token"):
+        bos = names.get(_first_id(hf.get("bos_token_id")))
+    processor = _json_or_empty(folder / "tokenizer.json").get("post_processor")
+    for template in _templates(processor):
+        single = template.get("single")
+        first = single[0] if isinstance(single, list) and single and isinstance(single[0], dict) else {}
+        special = first.get("SpecialToken")
+        if isinstance(special, dict) and special.get("id") in tokenizer.special_tokens:
+            bos = special["id"]
+    return {"bos_token": bos, "eos_token": names.get(_first_id(hf.get("eos_token_id")))}
+
+
+def _first_id(value: Any) -> int | None:
+    """A config's token id: an int, or the first of a list of them (anything else: none)."""
+    value = value[0] if isinstance(value, list) and value else value
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _templates(processor: Any) -> list[dict[str, Any]]:
+    """The TemplateProcessing post-processors of a tokenizer.json, also inside a Sequence of them."""
+    if not isinstance(processor, dict):
+        return []
+    if processor.get("type") == "Sequence" and isinstance(processor.get("processors"), list):
+        return [p for p in processor["processors"] if isinstance(p, dict) and p.get("type") == "TemplateProcessing"]
+    return [processor] if processor.get("type") == "TemplateProcessing" else []
 
 
 def _json_or_empty(path: Path) -> dict[str, Any]:
