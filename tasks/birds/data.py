@@ -39,7 +39,7 @@ TASKS: tuple[Task, ...] = ("count", "compare")
 N_CLASSES: dict[str, int] = {"count": 4, "compare": 2}
 SLOT_NAMES = ("top-left", "top-right", "bottom-left", "bottom-right")
 TOP_RIGHT, BOTTOM_LEFT = 1, 2
-_SPLIT_CODES = {"train": 0, "test": 1, "sample": 2, "val": 3}  # one independent random stream each
+SPLIT_CODES = {"train": 0, "test": 1, "sample": 2, "val": 3}  # one independent random stream each
 EXTRA_BIRDS = 0.0  # compare task: chance of a distractor bird in each of the other two slots
 Scene = Literal["pair", "twins"]
 SCENES: tuple[Scene, ...] = ("pair", "twins")
@@ -177,6 +177,15 @@ def generate(task: Task, n: int, seed: int, *, size: int = 64, split: str = "tra
         raise ValueError(f"size must be at least 32 px, got {size}")
     rng = layout_rng(task, seed, split, chunk)
     occupied, species, labels = sample_layout(task, n, rng, extra_birds, scene)  # [n, 4] bool, [n, 4] int, [n]
+    return draw_scenes(occupied, species, labels, task, rng, size)
+
+
+def draw_scenes(occupied: np.ndarray, species: np.ndarray, labels: np.ndarray, task: str,
+                rng: np.random.Generator, size: int = 64) -> BirdImages:
+    """Images of given layouts: a bird of ``species[i, slot]`` wherever ``occupied[i, slot]`` (``[n, 4]``
+    each), drawn with ``rng`` (pose, background, distractor shapes, noise); ``labels`` and ``task`` are
+    kept as they are. Other tasks over the same pictures (``tasks/vqa_data.py``) choose their own layouts."""
+    n = len(occupied)
     margin = _local_window(size, 1.2).shape[1] // 2 + 1  # half a window: no window leaves the canvas
     canvas = np.zeros((n, size + 2 * margin, size + 2 * margin, 3), dtype=np.float32)  # [n, H + 2m, W + 2m, 3]
     canvas[:, margin:-margin, margin:-margin] = _background(n, size, rng)
@@ -219,7 +228,7 @@ def layout_rng(task: Task, seed: int, split: str, chunk: int = 0) -> np.random.G
     if chunk < 0:
         raise ValueError(f"chunk must be >= 0, got {chunk}")
     # numpy pads a seed sequence with zeros, so chunk 0 is the three-word stream of earlier versions
-    return np.random.default_rng([seed, _SPLIT_CODES[split], TASKS.index(task), chunk])
+    return np.random.default_rng([seed, SPLIT_CODES[split], TASKS.index(task), chunk])
 
 
 def sample_layout(task: Task, n: int, rng: np.random.Generator, extra_birds: float = EXTRA_BIRDS,

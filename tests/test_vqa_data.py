@@ -1,0 +1,136 @@
+"""The vqa task's built-in questions about bird scenes: answers true to the pictures, splits that
+are pure functions of their seeds, held-out phrasings and combinations kept out of training,
+answers no question alone predicts, comparisons the species present do not answer."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+
+from tokformer.tasks.birds.data import SPECIES
+from tokformer.tasks.vqa_data import (
+    FACING_WORDS,
+    HELD_OUT_COMBOS,
+    NUMBER_WORDS,
+    PHRASINGS,
+    QUADRANT_WORDS,
+    QUESTION_TYPES,
+    BirdQuestions,
+    bird_questions,
+)
+
+
+@pytest.fixture(scope="module")
+def test_split() -> BirdQuestions:
+    return bird_questions(3000, seed=0, split="test", size=32)
+
+
+@pytest.fixture(scope="module")
+def train_split() -> BirdQuestions:
+    return bird_questions(3000, seed=0, split="train", size=32)
+
+
+def birds_of(data: BirdQuestions, i: int) -> dict[int, tuple[int, int]]:
+    """Quadrant -> (species, facing) of picture ``i``, from the drawn birds' records."""
+    s = data.scenes
+    return {int(q): (int(sp), int(f)) for q, sp, f in zip(s.bird_slot[s.bird_image == i],
+                                                          s.bird_species[s.bird_image == i],
+                                                          s.bird_facing[s.bird_image == i], strict=True)}
+
+
+def expected_answer(kind: str, quadrants: tuple[int, ...], birds: dict[int, tuple[int, int]]) -> str:
+    if kind == "count":
+        return NUMBER_WORDS[len(birds) - 1]
+    if kind == "presence":
+        return "yes" if quadrants[0] in birds else "no"
+    if kind == "same":
+        return "yes" if birds[quadrants[0]][0] == birds[quadrants[1]][0] else "no"
+    species, facing = birds[quadrants[0]]
+    return SPECIES[species].name if kind == "species" else FACING_WORDS[facing]
+
+
+def test_every_answer_is_what_the_drawn_birds_say(test_split, train_split) -> None:
+    for data in (test_split, train_split):
+        for i in range(len(data)):
+            assert data.answers[i] == expected_answer(data.kinds[i], data.quadrants[i], birds_of(data, i)), i
+
+
+def test_every_question_is_a_phrasing_of_its_type_naming_its_quadrants(test_split) -> None:
+    for kind, quadrants, phrasing, question in zip(test_split.kinds, test_split.quadrants, test_split.phrasing,
+                                                   test_split.questions, strict=True):
+        words = dict(zip("ab", (QUADRANT_WORDS[q] for q in quadrants), strict=False))
+        assert question == PHRASINGS[kind][phrasing].format(**words)
+        assert list(quadrants) == sorted(set(quadrants)) and len(quadrants) == {"count": 0, "same": 2}.get(kind, 1)
+
+
+def test_a_split_is_a_pure_function_of_seed_split_and_chunk() -> None:
+    def digest(data: BirdQuestions) -> str:
+        return hashlib.sha256(data.scenes.images.tobytes() + repr((data.questions, data.answers)).encode()).hexdigest()
+
+    first = bird_questions(40, seed=3, split="val", size=32)
+    assert digest(first) == digest(bird_questions(40, seed=3, split="val", size=32))
+    others = [bird_questions(40, seed=4, split="val", size=32), bird_questions(40, seed=3, split="test", size=32),
+              bird_questions(40, seed=3, split="val", size=32, chunk=1)]
+    pictures = {p.tobytes() for p in first.scenes.images}
+    for other in others:
+        assert not pictures & {p.tobytes() for p in other.scenes.images}
+
+
+def test_training_never_asks_a_held_out_phrasing_or_combination(train_split, test_split) -> None:
+    assert not train_split.held_out_phrasing.any()
+    assert not train_split.held_out_combo.any()
+    asked = Counter((k, q) for k, q in zip(test_split.kinds, test_split.quadrants, strict=True))
+    assert all(asked[combo] >= 20 for combo in HELD_OUT_COMBOS)
+    held = Counter(k for k, h in zip(test_split.kinds, test_split.held_out_phrasing, strict=True) if h)
+    assert all(held[kind] >= 50 for kind in QUESTION_TYPES)
+    # training asks each held-out type about other quadrants, and about each held-out quadrant in other ways
+    trained = set(zip(train_split.kinds, train_split.quadrants, strict=True))
+    for kind, quadrants in HELD_OUT_COMBOS:
+        assert any(k == kind and q != quadrants for k, q in trained)
+        assert all(any(k != kind and x in q for k, q in trained) for x in quadrants)
+
+
+def test_no_question_predicts_its_answer(train_split, test_split) -> None:
+    """The blind baseline (each training question's most frequent answer, else its type's) is at chance
+    on every type: within 4 standard errors of 1 / the number of answers."""
+    by_question, by_kind = defaultdict(Counter), defaultdict(Counter)
+    for question, kind, answer in zip(train_split.questions, train_split.kinds, train_split.answers, strict=True):
+        by_question[question][answer] += 1
+        by_kind[kind][answer] += 1
+    n_answers = {"count": 4, "presence": 2, "species": len(SPECIES), "same": 2, "facing": 2}
+    for kind in QUESTION_TYPES:
+        rows = [i for i, k in enumerate(test_split.kinds) if k == kind]
+        guesses = [(by_question[test_split.questions[i]] or by_kind[kind]).most_common(1)[0][0] for i in rows]
+        accuracy = np.mean([g == test_split.answers[i] for g, i in zip(guesses, rows, strict=True)])
+        chance = 1 / n_answers[kind]
+        assert len(by_kind[kind]) == n_answers[kind]
+        assert abs(accuracy - chance) < 4 * np.sqrt(chance * (1 - chance) / len(rows)), (kind, accuracy)
+
+
+def test_the_species_present_do_not_answer_a_comparison(test_split) -> None:
+    """Every comparison's picture has one species twice and the others once, whatever the answer: a
+    species histogram (or any single bird) cannot tell "same" from "different"."""
+    shapes: dict[str, Counter] = {"yes": Counter(), "no": Counter()}
+    for i, kind in enumerate(test_split.kinds):
+        if kind == "same":
+            counts = Counter(species for species, _ in birds_of(test_split, i).values())
+            shapes[test_split.answers[i]][tuple(sorted(counts.values()))] += 1
+    assert set(shapes["yes"]) == set(shapes["no"]) == {(1, 2), (1, 1, 2)}
+    assert min(shapes["yes"].values()) > 100 and min(shapes["no"].values()) > 100
+
+
+def test_facing_right_puts_the_birds_forward_direction_towards_plus_x() -> None:
+    """FACING_WORDS rests on the generator's convention: the beak is drawn ahead of the head, at
+    positive forward coordinates ``u``; an untilted bird facing +1 has ``u`` growing with the column
+    (towards the picture's right), one facing -1 the other way."""
+    from tokformer.tasks.birds import data as birds
+
+    for facing in (1.0, -1.0):
+        _, u, _ = birds._bird_frame(np.array([[40.0, 40.0]]), np.array([1.0]), np.array([0.0]),
+                                    np.array([facing]), 64)  # [1, K, K]: rows, columns
+        step = np.diff(u[0], axis=1)  # along a row, column to column
+        assert np.all(np.sign(step) == facing)
+        assert FACING_WORDS[int(facing)] == ("right" if facing > 0 else "left")
