@@ -140,7 +140,7 @@ class ImageFiles(Dataset):
         return open_image(path), label
 
 
-def _readable(path: Path) -> bool:
+def readable_image(path: Path) -> bool:
     """PIL can identify the file (header check, cheap): unreadable files are skipped with a warning."""
     try:
         with Image.open(path) as image:
@@ -169,7 +169,7 @@ def scan_folder(root: Path, classes: list[str] | None = None) -> tuple[list[tupl
         files = sorted(
             p for p in (root / name).rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()
         ) if (root / name).is_dir() else []
-        files = [p for p in files if _readable(p)]
+        files = [p for p in files if readable_image(p)]
         if not files and not fixed:
             raise DataError(f"class folder {root / name} has no readable images ({', '.join(IMAGE_EXTENSIONS)})")
         samples += [(p, label) for p in files]

@@ -25,7 +25,7 @@ from torch.utils.data import Dataset
 from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.errors import DataError
-from tokformer.files import read_text
+from tokformer.files import read_lines
 from tokformer.tokenizers.base import pad_ids
 
 IGNORE_INDEX = -100  # label of padding positions: F.cross_entropy skips them
@@ -38,17 +38,6 @@ class Pair:
     src: str
     tgt: str
     origin: str
-
-
-def read_lines(path: Path) -> list[str]:
-    """The file's lines without line endings; DataError if it is unreadable, not UTF-8 or empty."""
-    text = read_text(path)
-    lines = text.split("\n")
-    if lines and lines[-1] == "":  # the final newline ends the last line, it starts none
-        lines.pop()
-    if not lines:
-        raise DataError(f"{path} is empty")
-    return [line.removesuffix("\r") for line in lines]
 
 
 def _nonempty(text: str, where: str, what: str) -> str:

@@ -24,10 +24,16 @@ function of the seed, split and chunk (independent streams, as in the birds expe
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import torch
 
+from tokformer import files
+from tokformer.errors import DataError
 from tokformer.tasks.birds.data import (
     BOTTOM_RIGHT,
     N_SPECIES,
@@ -38,6 +44,9 @@ from tokformer.tasks.birds.data import (
     BirdImages,
     draw_scenes,
 )
+from tokformer.tasks.image_data import readable_image
+
+log = logging.getLogger(__name__)
 
 QUESTION_TYPES = ("count", "presence", "species", "same", "facing")
 QUADRANT_WORDS = ("top left", "top right", "bottom left", "bottom right")
@@ -183,3 +192,87 @@ def _phrase(kind: str, quadrants: tuple[int, ...], phrasing: int) -> str:
     words = [QUADRANT_WORDS[q] for q in quadrants]
     return PHRASINGS[kind][phrasing].format(**dict(zip("ab", words, strict=False)))
 
+
+
+# -- user data: JSONL lines of image, question, answer -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Record:
+    """One example of a user's data: an image file, a question (empty: caption the image) and its answer;
+    ``where`` is ``file:line``, for messages."""
+
+    image: Path
+    question: str
+    answer: str
+    where: str
+
+
+def read_records(path: str | Path) -> tuple[list[Record], int]:
+    """The records of one JSONL file, ``{"image": "relative/path.png", "question": "...", "answer": "..."}``
+    a line (question optional; image paths relative to the file, never outside its folder), and how
+    many were skipped because their image cannot be read (each named in the log). A malformed line is
+    a DataError naming ``file:line``."""
+    path = Path(path)
+    records, skipped = [], 0
+    for number, line in enumerate(files.read_lines(path), start=1):
+        where = f"{path}:{number}"
+        record = _record(line, where, path.parent)
+        if readable_image(record.image):
+            records.append(record)
+        else:
+            skipped += 1
+    return records, skipped
+
+
+def _record(line: str, where: str, folder: Path) -> Record:
+    if not line.strip():
+        raise DataError(f"{where}: empty line; every line must hold a JSON object")
+    try:
+        fields = files.loads(line)
+    except (json.JSONDecodeError, ValueError) as err:
+        raise DataError(f"{where}: not valid JSON ({getattr(err, 'msg', err)})") from None
+    if not isinstance(fields, dict):
+        raise DataError(f'{where}: expected an object with string fields "image", "answer" and optionally "question"')
+    for name in ("image", "answer", "question"):
+        if (name in fields or name != "question") and not isinstance(fields.get(name), str):
+            raise DataError(f'{where}: "{name}" must be a string, got {files.shown(fields.get(name))}')
+    if not fields["answer"].strip():
+        raise DataError(f'{where}: "answer" is empty')
+    image = files.inside(folder, fields["image"], f'{where}: "image"')
+    return Record(image, fields.get("question", "").strip(), fields["answer"].strip(), where)
+
+
+def read_folder(root: str | Path, val_fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
+    """Training and evaluation records of a folder: ``root/train/*.jsonl`` and ``root/val/*.jsonl`` (or
+    ``valid``, ``validation``, ``test``) if both are there, as classify reads image folders; else
+    ``root/*.jsonl`` with a seeded ``val_fraction`` held out. Skipped images are counted in the log."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"vqa data folder not found: {root}")
+    held_out = next((root / n for n in ("val", "valid", "validation", "test") if (root / n).is_dir()), None)
+    if (root / "train").is_dir() and held_out is not None:
+        return _read_all(root / "train"), _read_all(held_out)
+    records = _read_all(root)
+    order = torch.randperm(len(records), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_eval = int(round(len(records) * val_fraction))
+    if not 0 < n_eval < len(records):
+        raise DataError(f"{root} has {len(records)} examples: too few to hold out {val_fraction:.0%} for evaluation")
+    return [records[i] for i in order[n_eval:]], [records[i] for i in order[:n_eval]]
+
+
+def _read_all(folder: Path) -> list[Record]:
+    paths = sorted(p for p in folder.glob("*.jsonl") if p.is_file())
+    if not paths:
+        raise DataError(f"{folder} has no .jsonl files: expected lines like "
+                        '{"image": "images/1.png", "question": "how many birds?", "answer": "three"}')
+    records, skipped = [], 0
+    for path in paths:
+        more, unreadable = read_records(path)
+        records += more
+        skipped += unreadable
+    if skipped:
+        log.warning("%s: skipped %d example(s) whose image cannot be read", folder, skipped)
+    if not records:
+        raise DataError(f"{folder} has no example with a readable image")
+    return records

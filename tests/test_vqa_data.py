@@ -134,3 +134,108 @@ def test_facing_right_puts_the_birds_forward_direction_towards_plus_x() -> None:
         step = np.diff(u[0], axis=1)  # along a row, column to column
         assert np.all(np.sign(step) == facing)
         assert FACING_WORDS[int(facing)] == ("right" if facing > 0 else "left")
+
+
+# -- user data ---------------------------------------------------------------------------------
+
+
+def write_folder(root, lines: list[str], images: dict[str, bytes | None] | None = None):
+    """``root/data.jsonl`` with ``lines``; ``images``: relative path -> bytes (None: a real PNG)."""
+    from PIL import Image
+
+    root.mkdir(parents=True, exist_ok=True)
+    for name, content in (images or {}).items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        if content is None:
+            Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(root / name)
+        else:
+            (root / name).write_bytes(content)
+    (root / "data.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return root / "data.jsonl"
+
+
+def test_records_read_with_images_relative_to_their_file(tmp_path) -> None:
+    from tokformer.tasks.vqa_data import read_records
+
+    path = write_folder(tmp_path, ['{"image": "img/a.png", "question": " how many? ", "answer": "two"}',
+                                   '{"image": "img/b.png", "answer": "a bird", "extra": 1}'],
+                        {"img/a.png": None, "img/b.png": None})
+    records, skipped = read_records(path)
+    assert skipped == 0
+    assert [(r.image, r.question, r.answer, r.where) for r in records] == [
+        (tmp_path / "img/a.png", "how many?", "two", f"{path}:1"), (tmp_path / "img/b.png", "", "a bird", f"{path}:2")]
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("not json", "not valid JSON"),
+    ("[1, 2]", 'expected an object with string fields "image", "answer"'),
+    ('{"image": "a.png"}', '"answer" must be a string, got None'),
+    ('{"image": "a.png", "answer": 3}', '"answer" must be a string, got 3'),
+    ('{"image": "a.png", "answer": "  "}', '"answer" is empty'),
+    ('{"image": "a.png", "answer": "x", "question": null}', '"question" must be a string, got None'),
+    ('{"image": 7, "answer": "x"}', '"image" must be a string, got 7'),
+    ('{"image": "../a.png", "answer": "x"}', "points outside"),
+    ('{"image": "/etc/passwd", "answer": "x"}', "points outside"),
+    ("", "empty line"),
+])
+def test_a_bad_line_is_one_error_naming_file_and_line(line, message, tmp_path) -> None:
+    from tokformer.errors import DataError
+    from tokformer.tasks.vqa_data import read_records
+
+    path = write_folder(tmp_path, ['{"image": "a.png", "answer": "x"}', line], {"a.png": None})
+    with pytest.raises(DataError) as info:
+        read_records(path)
+    assert str(info.value).startswith(f"{path}:2: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_unreadable_images_are_skipped_named_and_counted(tmp_path, caplog) -> None:
+    from tokformer.tasks.vqa_data import read_folder
+
+    lines = [f'{{"image": "{name}", "answer": "x"}}' for name in ("a.png", "b.png", "c.png", "broken.png",
+                                                                  "missing.png")]
+    write_folder(tmp_path, lines, {"a.png": None, "b.png": None, "c.png": None, "broken.png": b"not a png"})
+    with caplog.at_level("WARNING"):
+        train, val = read_folder(tmp_path, val_fraction=1 / 3, seed=0)
+    assert sorted(r.image.name for r in train + val) == ["a.png", "b.png", "c.png"] and len(val) == 1
+    assert "broken.png" in caplog.text and "missing.png" in caplog.text
+    assert "skipped 2 example(s) whose image cannot be read" in caplog.text
+
+
+def test_train_and_val_folders_are_read_as_given(tmp_path) -> None:
+    from tokformer.tasks.vqa_data import read_folder
+
+    write_folder(tmp_path / "train", ['{"image": "a.png", "answer": "x"}'] * 3, {"a.png": None})
+    write_folder(tmp_path / "val", ['{"image": "b.png", "answer": "y"}'], {"b.png": None})
+    train, val = read_folder(tmp_path, val_fraction=0.5, seed=0)
+    assert [r.answer for r in train] == ["x"] * 3 and [r.answer for r in val] == ["y"]
+
+
+def test_a_held_out_split_is_seeded(tmp_path) -> None:
+    from tokformer.tasks.vqa_data import read_folder
+
+    write_folder(tmp_path, [f'{{"image": "a.png", "answer": "{i}"}}' for i in range(20)], {"a.png": None})
+    first = read_folder(tmp_path, 0.25, seed=1)
+    assert first == read_folder(tmp_path, 0.25, seed=1) and first != read_folder(tmp_path, 0.25, seed=2)
+    assert len(first[1]) == 5 and {r.answer for r in first[0] + first[1]} == {str(i) for i in range(20)}
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    ("nothing", "has no .jsonl files"),
+    ("unreadable", "has no example with a readable image"),
+    ("one", "too few to hold out"),
+    ("absent", "vqa data folder not found"),
+])
+def test_folders_without_usable_data_are_refused(setup, message, tmp_path) -> None:
+    from tokformer.errors import DataError
+    from tokformer.tasks.vqa_data import read_folder
+
+    root = tmp_path / "data"
+    if setup == "nothing":
+        root.mkdir()
+    elif setup == "unreadable":
+        write_folder(root, ['{"image": "gone.png", "answer": "x"}'])
+    elif setup == "one":
+        write_folder(root, ['{"image": "a.png", "answer": "x"}'], {"a.png": None})
+    with pytest.raises(DataError, match=message):
+        read_folder(root, 0.2, seed=0)

@@ -65,6 +65,17 @@ def read_text(path: str | os.PathLike) -> str:
         return data.decode("utf-8")
 
 
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """The file's lines without line endings; DataError if it is unreadable, not UTF-8 or empty."""
+    text = read_text(path)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":  # the final newline ends the last line, it starts none
+        lines.pop()
+    if not lines:
+        raise DataError(f"{path} is empty")
+    return [line.removesuffix("\r") for line in lines]
+
+
 def loads(text: str | bytes) -> Any:
     """``json.loads``, with nesting too deep for the parser (a few KB of ``[[[[...``, which makes
     ``json`` raise RecursionError) reported as the ``ValueError`` any other malformed JSON is."""
