@@ -75,16 +75,21 @@ class SegmentEmbedder(nn.Module):
         if len(set(sizes.values())) != 1:
             raise ValueError(f"segments disagree on the batch size: {sizes}")
         parts, masks, spans, start = [], [], {}, 0
-        for kind, name in enumerate(self.names):
+        for name in self.names:
             batch = segments[name]
-            x = self.embedders[name](batch)  # [B, n, d]
-            if tuple(x.shape[:2]) != tuple(batch.mask.shape):
-                raise ValueError(
-                    f"segment {name!r}: its embedder gave {tuple(x.shape[:2])} tokens for a batch of "
-                    f"{tuple(batch.mask.shape)}"
-                )
-            parts.append(x + self.types.weight[kind].to(x.dtype))
+            parts.append(self.embed(name, batch))
             masks.append(batch.mask)
             spans[name] = slice(start, start + batch.seq_len)
             start += batch.seq_len
         return MixedSequence(torch.cat(parts, dim=1), torch.cat(masks, dim=1), spans)
+
+    def embed(self, name: str, batch: TokenBatch) -> Tensor:
+        """One segment alone, typed: ``[B, n, d]``. Incremental decoding embeds each new answer token
+        this way, after the segments before it went through the model once."""
+        x = self.embedders[name](batch)  # [B, n, d]
+        if tuple(x.shape[:2]) != tuple(batch.mask.shape):
+            raise ValueError(
+                f"segment {name!r}: its embedder gave {tuple(x.shape[:2])} tokens for a batch of "
+                f"{tuple(batch.mask.shape)}"
+            )
+        return x + self.types.weight[self.names.index(name)].to(x.dtype)
