@@ -407,22 +407,30 @@ def evaluate_command(run_dir: str, data: str | None, checkpoint: str, device: st
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--top-k", type=POSITIVE, default=None,
               help="classify, graph: how many classes to show per input [default: 5].")
+@click.option("--prompt", default=None, metavar="TEXT",
+              help="vqa: the question asked about every image [default: none, the model describes it].")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars, info lines or warnings.")
-def predict(run_dir: str, inputs: tuple[str, ...], top_k: int | None, checkpoint: str, device: str,
-            quiet: bool) -> None:
+def predict(run_dir: str, inputs: tuple[str, ...], top_k: int | None, prompt: str | None, checkpoint: str,
+            device: str, quiet: bool) -> None:
     """Run the model of RUN_DIR (or of a model folder) on INPUTS and print one line per input.
 
-    INPUTS are what the task reads: sort: digits ("3 1 2" or 312); classify: image files; graph:
-    graph files; lm: prompts; translate: sentences.
+    INPUTS are what the task reads: sort: digits ("3 1 2" or 312); classify, vqa: image files;
+    graph: graph files; lm: prompts; translate: sentences.
     """
+    import inspect
+
     from tokformer.engine.progress import configure_logging
     from tokformer.store.loader import load
 
     configure_logging(quiet)
     predictor = load(run_dir, checkpoint, device)
-    options = {} if top_k is None else {"top_k": top_k}
+    options = {name: value for name, value in (("top_k", top_k), ("prompt", prompt)) if value is not None}
+    accepted = inspect.signature(predictor.task.predict).parameters
+    if unknown := [name for name in options if name not in accepted]:
+        raise click.UsageError(f"--{unknown[0].replace('_', '-')} does not apply to this model "
+                               f"({type(predictor.task).__name__})")
     shown = [predictor.task.show_prediction(source, prediction)
              for source, prediction in zip(inputs, predictor(inputs, **options), strict=True)]
     several_lines = any("\n" in line for line in shown)  # continuations of prompts: mark where each one starts

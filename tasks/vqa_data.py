@@ -250,10 +250,10 @@ def read_folder(root: str | Path, val_fraction: float, seed: int) -> tuple[list[
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"vqa data folder not found: {root}")
-    held_out = next((root / n for n in ("val", "valid", "validation", "test") if (root / n).is_dir()), None)
-    if (root / "train").is_dir() and held_out is not None:
-        return _read_all(root / "train"), _read_all(held_out)
-    records = _read_all(root)
+    held_out = _held_out_folder(root)
+    if held_out is not None:
+        return read_all(root / "train"), read_all(held_out)
+    records = read_all(root)
     order = torch.randperm(len(records), generator=torch.Generator().manual_seed(seed)).tolist()
     n_eval = int(round(len(records) * val_fraction))
     if not 0 < n_eval < len(records):
@@ -261,7 +261,28 @@ def read_folder(root: str | Path, val_fraction: float, seed: int) -> tuple[list[
     return [records[i] for i in order[n_eval:]], [records[i] for i in order[:n_eval]]
 
 
-def _read_all(folder: Path) -> list[Record]:
+def read_eval(path: str | Path) -> list[Record]:
+    """Evaluation records: every one of a JSONL file, or of a folder's evaluation split (its
+    ``val``/``test`` folder when it has ``train`` too, else all of its ``*.jsonl``)."""
+    path = Path(path)
+    if path.is_file():
+        records, skipped = read_records(path)
+        if not records:
+            raise DataError(f"{path} has no example with a readable image ({skipped} skipped)")
+        return records
+    if not path.is_dir():
+        raise DataError(f"vqa data not found: {path}")
+    return read_all(_held_out_folder(path) or path)
+
+
+def _held_out_folder(root: Path) -> Path | None:
+    """``root/val`` (or ``valid``, ``validation``, ``test``) when ``root/train`` is there too."""
+    held_out = next((root / n for n in ("val", "valid", "validation", "test") if (root / n).is_dir()), None)
+    return held_out if (root / "train").is_dir() else None
+
+
+def read_all(folder: Path) -> list[Record]:
+    """The records of every ``*.jsonl`` file of ``folder``; skipped images counted in the log."""
     paths = sorted(p for p in folder.glob("*.jsonl") if p.is_file())
     if not paths:
         raise DataError(f"{folder} has no .jsonl files: expected lines like "

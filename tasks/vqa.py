@@ -1,0 +1,320 @@
+"""Task ``vqa``: answer a question about a picture (or, without a question, describe it).
+
+One sequence per example: the picture's patch tokens (2-D positions), the question's BPE tokens,
+the answer's tokens, each typed by its segment; bidirectional attention over picture + question,
+causal over the answer (:class:`~tokformer.vision_language.VisionLanguageModel`, PaliGemma's
+layout); the loss is on the answer's tokens only.
+
+Data (``data``): ``birds`` (built in: questions about bird scenes, ``tasks/vqa_data.py``) or a
+folder of JSONL files, ``{"image": "relative/path.png", "question": "...", "answer": "..."}`` a line
+(``DIR/*.jsonl`` with a seeded held-out share, or ``DIR/train/*.jsonl`` and ``DIR/val/*.jsonl``).
+
+Metrics: ``exact`` (the whole answer right: under teacher forcing, every answer token and the
+end token the argmax, which is exactly when greedy decoding produces the answer) and
+``token_accuracy``; on the built-in data, evaluation adds ``exact`` per question type and on the
+held-out phrasings and (type, quadrant) combinations. Baselines: the question alone (the most
+frequent training answer to the same question, else to its type, else overall) and the most
+frequent answer. ``tokformer predict RUN image.png --prompt "how many birds?"`` answers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+
+from tokformer.batch import TokenBatch
+from tokformer.config import TransformerConfig
+from tokformer.engine import TOKENIZER_DIR, Dist, Predictor, StepOutput, Task, help_text, load, register_task
+from tokformer.errors import ConfigError, DataError
+from tokformer.runtime.distributed import barrier
+from tokformer.sampling import SamplingConfig
+from tokformer.tasks import vqa_data
+from tokformer.tokenizers.bpe import BPETokenizer
+from tokformer.tokenizers.image import ImagePatchTokenizer, open_image
+from tokformer.tokenizers.image_local import LocalPatchTokenizer
+from tokformer.tokenizers.registry import load_tokenizer
+from tokformer.vision_language import VisionLanguageModel, generate_answers
+
+TEXT_DIR = "text_tokenizer"
+BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
+IGNORE = -100  # target of padding: no loss, no metric
+
+
+@dataclass
+class VQAConfig:
+    data: str = field(default="birds", metadata=help_text(
+        "birds (built in: questions about bird scenes) or a folder of JSONL files", path=("birds",)))
+    val_fraction: float = field(default=0.1, metadata=help_text("held-out share of a folder without train/ and val/"))
+    train_size: int = field(default=20000, metadata=help_text("built-in data: training examples"))
+    eval_size: int = field(default=2000, metadata=help_text("built-in data: evaluation examples"))
+    data_seed: int = field(default=1234, metadata=help_text("seed of the built-in data and of folder splits"))
+    image_size: int = field(default=64, metadata=help_text("image side in pixels", architecture=True))
+    patch_size: int = field(default=8, metadata=help_text("patch side in pixels", architecture=True))
+    tokenizer: Literal["local", "linear"] = field(default="local", metadata=help_text(
+        "patch embedding: local (a small CNN per patch) or linear (a plain ViT)", architecture=True))
+    cnn_width: int = field(default=32, metadata=help_text("local tokenizer: channels of its first conv",
+                                                          architecture=True))
+    cnn_depth: int = field(default=2, metadata=help_text("local tokenizer: conv stages", architecture=True))
+    vocab_size: int = field(default=400, metadata=help_text(
+        "BPE vocabulary of questions and answers, learnt from the training texts", architecture=True))
+    max_question_tokens: int = field(default=32, metadata=help_text("longest question (longer ones are cut)",
+                                                                    architecture=True))
+    max_answer_tokens: int = field(default=16, metadata=help_text("longest answer (longer ones are cut)",
+                                                                  architecture=True))
+    d_model: int = field(default=64, metadata=help_text("token width", architecture=True))
+    n_heads: int = field(default=4, metadata=help_text("attention heads", architecture=True))
+    n_layers: int = field(default=2, metadata=help_text("Transformer blocks", architecture=True))
+    d_ff: int | None = field(default=None, metadata=help_text("feed-forward width (default 4*d_model)",
+                                                              architecture=True))
+    dropout: float = field(default=0.0, metadata=help_text("dropout"))
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        for name in ("train_size", "eval_size", "max_question_tokens", "max_answer_tokens"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.vocab_size < 256 + 3:
+            raise ValueError(f"vocab_size must be at least 259 (256 bytes and 3 special tokens), got {self.vocab_size}")
+        self.build_image_tokenizer()  # validate the shapes now, not halfway into a run
+        self.transformer()
+
+    @property
+    def builtin(self) -> bool:
+        return self.data == "birds"
+
+    def build_image_tokenizer(self) -> ImagePatchTokenizer:
+        if self.tokenizer == "local":
+            return LocalPatchTokenizer(self.patch_size, self.image_size, cnn_width=self.cnn_width,
+                                       cnn_depth=self.cnn_depth, class_token=False)
+        return ImagePatchTokenizer(self.patch_size, self.image_size, class_token=False)
+
+    def transformer(self) -> TransformerConfig:
+        return TransformerConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers, d_ff=self.d_ff,
+                                 dropout=self.dropout, activation="gelu")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One item: an image (tensor, PIL image or path), the question ("" to caption), the answer, and,
+    for the built-in data, the question type and whether its phrasing / combination is held out."""
+
+    image: Any
+    question: str
+    answer: str
+    kind: str = ""
+    held_phrasing: bool = False
+    held_combo: bool = False
+
+
+class Examples(Dataset):
+    def __init__(self, examples: list[Example]) -> None:
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int) -> Example:
+        example = self.examples[i]
+        if isinstance(example.image, Path):  # user data: read when used
+            return Example(open_image(example.image), example.question, example.answer)
+        return example
+
+
+def builtin_examples(n: int, seed: int, split: str, size: int) -> list[Example]:
+    data = vqa_data.bird_questions(n, seed, split, size=size)
+    images = torch.from_numpy(data.scenes.images).permute(0, 3, 1, 2)  # [n, 3, H, W] uint8
+    return [Example(images[i], data.questions[i], data.answers[i], data.kinds[i], bool(data.held_out_phrasing[i]),
+                    bool(data.held_out_combo[i])) for i in range(n)]
+
+
+@register_task("vqa")
+class VQATask(Task):
+    """Image + question -> answer: cross-entropy on the answer's tokens; exact match of the answer."""
+
+    Config = VQAConfig
+    best_metric = "exact"
+    higher_is_better = True
+
+    def __init__(self, config: VQAConfig) -> None:
+        super().__init__(config)
+        self.image_tokenizer = config.build_image_tokenizer()
+        self.text: BPETokenizer | None = None
+        self._splits: tuple[Examples, Examples] | None = None
+
+    # -- data ------------------------------------------------------------------------------
+
+    def _datasets(self) -> tuple[Examples, Examples]:
+        if self._splits is None:
+            c = self.config
+            if c.builtin:
+                train = builtin_examples(c.train_size, c.data_seed, "train", c.image_size)
+                evals = builtin_examples(c.eval_size, c.data_seed, "test", c.image_size)
+            else:
+                records = vqa_data.read_folder(c.data, c.val_fraction, c.data_seed)
+                train, evals = ([Example(r.image, r.question, r.answer) for r in part] for part in records)
+            self._splits = Examples(train), Examples(evals)
+        return self._splits
+
+    def train_dataset(self) -> Examples:
+        return self._datasets()[0]
+
+    def eval_dataset(self) -> Examples:
+        return self._datasets()[1]
+
+    def user_data(self) -> bool:
+        return not self.config.builtin
+
+    def eval_data(self, data: str, workdir: Path, dist: Dist) -> Examples:
+        """Every example of a JSONL file, or of a folder's evaluation split (its ``val``/``test``
+        folder when it has ``train`` too, else all its ``*.jsonl``): ``tokformer evaluate RUN --data``."""
+        return Examples([Example(r.image, r.question, r.answer) for r in vqa_data.read_eval(data)])
+
+    def baselines(self, eval_set: Examples) -> dict[str, dict[str, float]]:
+        """The question alone: each evaluation question's most frequent training answer (to the same
+        question, else to its type, else overall); and the most frequent training answer."""
+        train = self.train_dataset().examples
+        by_question, by_kind = defaultdict(Counter), defaultdict(Counter)
+        overall = Counter(e.answer for e in train)
+        for e in train:
+            by_question[e.question][e.answer] += 1
+            by_kind[e.kind][e.answer] += 1
+        evals = eval_set.examples
+        blind = [(by_question.get(e.question) or by_kind.get(e.kind) or overall).most_common(1)[0][0] for e in evals]
+        majority = overall.most_common(1)[0][0]
+        share = lambda guesses: sum(g == e.answer for g, e in zip(guesses, evals, strict=True)) / max(len(evals), 1)
+        return {"question only (most frequent answer to it)": {"exact": share(blind)},
+                "most frequent answer": {"exact": share([majority] * len(evals))}}
+
+    # -- tokenizers --------------------------------------------------------------------------
+
+    def setup(self, run_dir: Path, dist: Dist) -> None:
+        """Rank 0 learns the BPE of the training questions and answers (unless loaded) and saves the
+        tokenizers; the other processes wait and load them."""
+        if self.text is None and dist.is_main:
+            self.save_assets(run_dir)
+        barrier(dist)
+        if self.text is None:
+            self.load_assets(run_dir)
+
+    def text_tokenizer(self) -> BPETokenizer:
+        if self.text is None:
+            c = self.config
+            texts = [t for e in self.train_dataset().examples for t in (e.question, e.answer) if t]
+            self.text = BPETokenizer.train(texts, c.vocab_size, special_tokens=[BOS, EOS, PAD],
+                                           max_length=max(c.max_question_tokens, c.max_answer_tokens + 1))
+        return self.text
+
+    def tokenizer_dirs(self) -> tuple[str, ...]:
+        return (TOKENIZER_DIR, TEXT_DIR)
+
+    def save_assets(self, run_dir: Path) -> None:
+        self.image_tokenizer.save(run_dir / TOKENIZER_DIR)
+        self.text_tokenizer().save(run_dir / TEXT_DIR)
+
+    def load_assets(self, run_dir: Path) -> None:
+        image, text = load_tokenizer(run_dir / TOKENIZER_DIR), load_tokenizer(run_dir / TEXT_DIR)
+        if not isinstance(image, ImagePatchTokenizer):
+            raise DataError(f"{run_dir / TOKENIZER_DIR} is not an image tokenizer")
+        if not isinstance(text, BPETokenizer) or not {BOS, EOS, PAD} <= set(text.special_tokens):
+            raise DataError(f"{run_dir / TEXT_DIR} is not a BPE tokenizer with {BOS}, {EOS} and {PAD}")
+        self.image_tokenizer, self.text = image, text
+
+    # -- batches, model, loss ------------------------------------------------------------------
+
+    def collate(self, samples: list[Example], train: bool) -> dict[str, Any]:
+        """Image, question and answer batches; ``targets`` ``[B, Na]``: each answer token's next token
+        (the last one EOS), IGNORE under padding."""
+        c, text = self.config, self.text_tokenizer()
+        bos, eos, pad = (text.special_tokens[t] for t in (BOS, EOS, PAD))
+        answers = [text.encode(s.answer)[: c.max_answer_tokens] for s in samples]
+        width = max(len(a) for a in answers) + 1
+        inputs = torch.full((len(samples), width), pad, dtype=torch.long)  # [B, Na]
+        targets = torch.full((len(samples), width), IGNORE, dtype=torch.long)
+        for row, ids in enumerate(answers):
+            inputs[row, : len(ids) + 1] = torch.tensor([bos, *ids])
+            targets[row, : len(ids) + 1] = torch.tensor([*ids, eos])
+        answer = TokenBatch(ids=inputs, mask=targets != IGNORE, positions=torch.arange(width).expand(len(samples), -1))
+        return {"image": self.image_tokenizer.batch([s.image for s in samples]),
+                "prompt": self._questions([s.question for s in samples]), "answer": answer, "targets": targets,
+                "kinds": [s.kind for s in samples], "held_phrasing": torch.tensor([s.held_phrasing for s in samples]),
+                "held_combo": torch.tensor([s.held_combo for s in samples])}
+
+    def _questions(self, questions: Sequence[str]) -> TokenBatch:
+        text = self.text_tokenizer()
+        batch = text.batch(list(questions), max_length=self.config.max_question_tokens, truncation=True)
+        batch.ids = batch.ids.masked_fill(~batch.mask, text.special_tokens[PAD])
+        return batch
+
+    def build_model(self) -> VisionLanguageModel:
+        c = self.config
+        text_embedder = self.text_tokenizer().build_embedder(c.d_model, dropout=c.dropout)
+        nn.init.normal_(text_embedder.position.table.weight, std=0.01)  # GPT-2's wpe init
+        return VisionLanguageModel(self.image_tokenizer.build_embedder(c.d_model, dropout=c.dropout), text_embedder,
+                                   c.transformer())
+
+    def step(self, model: nn.Module, batch: dict[str, Any]) -> StepOutput:
+        logits = model(batch["image"], batch["prompt"], batch["answer"]).float()  # [B, Na, V]
+        targets = batch["targets"]  # [B, Na]
+        real = targets != IGNORE
+        loss = F.cross_entropy(logits[real], targets[real])
+        correct = (logits.argmax(-1) == targets) | ~real  # [B, Na]
+        exact = correct.all(dim=1)  # [B] the whole answer, and where it ends
+        metrics = {"exact": (exact.sum(), len(exact)), "token_accuracy": ((correct & real).sum(), real.sum())}
+        if not model.training and self.config.builtin:
+            metrics |= _breakdown(exact, batch)
+        return StepOutput(loss=loss, metrics=metrics, count=len(exact), outputs=exact)
+
+    # -- inference -------------------------------------------------------------------------
+
+    def predict(self, model: nn.Module, inputs: Sequence[Any], prompt: str = "",
+                max_new_tokens: int | None = None) -> list[str]:
+        """The answer to ``prompt`` (one question for every image; "" describes it) for each image
+        (file paths, PIL images or ``[3, H, W]`` tensors), decoded greedily."""
+        text = self.text_tokenizer()
+        device = next(model.parameters()).device
+        image = self.image_tokenizer.batch(list(inputs)).to(device)
+        question = self._questions([prompt] * len(inputs)).to(device)
+        answers = generate_answers(model, image, question, bos_id=text.special_tokens[BOS],
+                                   eos_id=text.special_tokens[EOS],
+                                   max_new_tokens=max_new_tokens or self.config.max_answer_tokens,
+                                   sampling=SamplingConfig(temperature=0.0))
+        return [text.decode(a) for a in answers]
+
+    def show_prediction(self, source: str, prediction: str) -> str:
+        return prediction
+
+    def export_example(self) -> tuple[TokenBatch, ...]:
+        """``model(*args)`` to trace: two random images, a question and a two-token answer, collated as
+        for training (2 samples, so the traced batch dimension stays dynamic)."""
+        images = torch.randint(0, 256, (2, 3, *self.image_tokenizer.image_size), dtype=torch.uint8,
+                               generator=torch.Generator().manual_seed(0))
+        batch = self.collate([Example(images[0], "how many birds?", "two"), Example(images[1], "", "a bird")], False)
+        return batch["image"], batch["prompt"], batch["answer"]
+
+
+def _breakdown(exact: Tensor, batch: dict[str, Any]) -> dict[str, tuple[Tensor, int]]:
+    """Exact match per question type and on the held-out phrasings / combinations vs the rest."""
+    groups = {f"exact_{kind}": torch.tensor([k == kind for k in batch["kinds"]]) for kind in vqa_data.QUESTION_TYPES}
+    held = batch["held_phrasing"] | batch["held_combo"]
+    groups |= {"exact_held_phrasing": batch["held_phrasing"], "exact_held_combo": batch["held_combo"],
+               "exact_seen": ~held}
+    return {name: (exact[rows.to(exact.device)].sum(), int(rows.sum())) for name, rows in groups.items()}
+
+
+def answer(source: str | os.PathLike | Predictor, images: Sequence[Any], question: str = "", *,
+           checkpoint: str = "best", device: str = "cpu") -> list[str]:
+    """Answers to ``question`` about each image: the Python form of ``tokformer predict RUN --prompt``."""
+    predictor = source if isinstance(source, Predictor) else load(source, checkpoint, device)
+    if not isinstance(predictor.task, VQATask):
+        raise ConfigError("the model is not a vqa model")
+    return predictor(images, prompt=question)

@@ -1,0 +1,158 @@
+"""The vqa task: batches, the exact-match metric (which is greedy decoding), the question-only
+baseline, training on built-in and user data through the engine, and inference from the
+library, the CLI and a reloaded run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+
+from tokformer.cli import main
+from tokformer.engine import train
+from tokformer.store.loader import load
+from tokformer.tasks.vqa import BOS, EOS, IGNORE, PAD, Example, Examples, VQAConfig, VQATask
+from tokformer.tasks.vqa_data import QUESTION_TYPES, bird_questions
+
+TINY = dict(image_size=32, patch_size=8, train_size=64, eval_size=32, d_model=32, n_heads=2, n_layers=2,
+            vocab_size=300, tokenizer="linear")
+
+
+def tiny_task(**options) -> VQATask:
+    return VQATask(VQAConfig(**{**TINY, **options}))
+
+
+def test_batches_shift_the_answer_and_pad_with_nothing_to_learn() -> None:
+    task = tiny_task()
+    images = torch.zeros(2, 3, 32, 32, dtype=torch.uint8)
+    batch = task.collate([Example(images[0], "how many birds are there?", "three"),
+                          Example(images[1], "", "two birds left")], train=True)
+    text = task.text_tokenizer()
+    bos, eos, pad = (text.special_tokens[t] for t in (BOS, EOS, PAD))
+    for row, answer in enumerate(["three", "two birds left"]):
+        ids = text.encode(answer)
+        n = len(ids) + 1
+        assert batch["answer"].ids[row, :n].tolist() == [bos, *ids]
+        assert batch["targets"][row, :n].tolist() == [*ids, eos]
+        assert (batch["targets"][row, n:] == IGNORE).all() and (batch["answer"].ids[row, n:] == pad).all()
+        assert batch["answer"].mask[row].tolist() == [True] * n + [False] * (batch["answer"].seq_len - n)
+    prompt = batch["prompt"]
+    assert prompt.mask[1].sum() == 0 and (prompt.ids[1] == pad).all()  # no question: the model describes
+    assert text.decode(prompt.ids[0][prompt.mask[0]].tolist()) == "how many birds are there?"
+
+
+def fitted(task: VQATask, examples: list[Example], steps: int = 200) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = task.build_model().train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    batch = task.collate(examples, train=True)
+    for _ in range(steps):
+        out = task.step(model, batch)
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+def test_exact_match_is_what_greedy_decoding_answers() -> None:
+    """The metric is computed under teacher forcing; a row counts exactly when greedy decoding
+    gives its answer: checked on a model that fits some examples and misses others."""
+    task = tiny_task()
+    data = bird_questions(24, seed=0, split="train", size=32)
+    images = torch.from_numpy(data.scenes.images).permute(0, 3, 1, 2)
+    examples = [Example(images[i], data.questions[i], data.answers[i]) for i in range(24)]
+    model = fitted(task, examples[:12])
+    with torch.no_grad():
+        exact = task.step(model, task.collate(examples, train=False)).outputs
+    answered = [task.predict(model, [e.image], prompt=e.question)[0] for e in examples]
+    assert exact.tolist() == [a == e.answer for a, e in zip(answered, examples, strict=True)]
+    assert 0 < int(exact.sum()) < len(examples)  # both kinds of row are there
+
+
+def test_the_question_only_baseline_answers_from_the_training_answers() -> None:
+    task = tiny_task()
+    image = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    train_set = [Example(image, "q1", "a", "count"), Example(image, "q1", "a", "count"),
+                 Example(image, "q1", "b", "count"), Example(image, "q2", "c", "same"),
+                 Example(image, "q3", "c", "same"), Example(image, "q4", "d", "facing")]
+    evals = [Example(image, "q1", "a", "count"),  # its question's most frequent answer, a: right
+             Example(image, "q2", "d", "same"),  # q2's answer, c: wrong
+             Example(image, "q9", "c", "same"),  # an unseen question: its type's answer, c: right
+             Example(image, "q9", "a", "presence")]  # an unseen type: the overall answer, a (first of a, c): right
+    task._splits = Examples(train_set), Examples(evals)
+    result = task.baselines(Examples(evals))
+    assert result["question only (most frequent answer to it)"]["exact"] == 3 / 4
+    assert result["most frequent answer"]["exact"] == 2 / 4  # a, for everything
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vqa") / "run"
+    result = train("vqa", run_dir=str(out), steps=30, warmup_steps=5, batch_size=16, eval_every=30, quiet=True, **TINY)
+    assert result.step == 30
+    return out, result
+
+
+def test_training_reports_exact_match_per_type_and_held_out_and_the_baselines(run_dir) -> None:
+    """The breakdown is of the same pass: the overall exact match is the per-type ones weighted by
+    how many questions of each type the evaluation split holds."""
+    _, result = run_dir
+    metrics = result.metrics
+    names = {f"exact_{kind}" for kind in QUESTION_TYPES} | {"exact_held_phrasing", "exact_held_combo", "exact_seen"}
+    assert names <= set(metrics)
+    kinds = bird_questions(TINY["eval_size"], seed=VQAConfig.data_seed, split="test", size=32).kinds
+    weighted = sum(kinds.count(k) * metrics[f"exact_{k}"] for k in QUESTION_TYPES) / len(kinds)
+    assert metrics["exact"] == pytest.approx(weighted)
+    assert set(result.report.baselines) == {"question only (most frequent answer to it)", "most frequent answer"}
+
+
+def test_a_reloaded_run_answers_like_the_task_and_the_cli(run_dir, tmp_path) -> None:
+    out, _ = run_dir
+    data = bird_questions(3, seed=9, split="sample", size=32)
+    paths = []
+    for i, picture in enumerate(data.scenes.images):
+        paths.append(tmp_path / f"{i}.png")
+        Image.fromarray(picture).save(paths[-1])
+    predictor = load(out)
+    question, images = "how many birds are there?", [str(p) for p in paths]
+    answers = predictor(images, prompt=question)
+    assert answers == predictor.task.predict(predictor.model, images, prompt=question)
+    result = CliRunner().invoke(main, ["predict", str(out), *images, "--prompt", question])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == answers
+
+
+def test_prompt_is_refused_by_a_model_without_questions(tmp_path) -> None:
+    train("sort", run_dir=str(tmp_path / "sort"), steps=2, warmup_steps=1, quiet=True, train_size=64, eval_size=16)
+    result = CliRunner().invoke(main, ["predict", str(tmp_path / "sort"), "312", "--prompt", "why?"])
+    assert result.exit_code == 2 and "--prompt does not apply to this model" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_jsonl_folder_trains_and_evaluates(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "data"
+    (folder / "img").mkdir(parents=True)
+    lines = []
+    for i in range(24):
+        colour = ["red", "blue"][i % 2]
+        picture = np.zeros((32, 32, 3), dtype=np.uint8)
+        picture[..., 0 if colour == "red" else 2] = 200 + rng.integers(0, 50)
+        Image.fromarray(picture).save(folder / "img" / f"{i}.png")
+        question = "what colour is it?" if i % 3 else ""
+        lines.append(json.dumps({"image": f"img/{i}.png", "question": question, "answer": colour}))
+    (folder / "data.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "run"
+    result = train("vqa", run_dir=str(out), data=str(folder), steps=40, warmup_steps=5, batch_size=8, eval_every=40,
+                   quiet=True, val_fraction=0.25, **TINY)
+    assert "exact_count" not in result.metrics  # question types are the built-in data's
+    evaluated = CliRunner().invoke(main, ["evaluate", str(out), "--data", str(folder / "data.jsonl"), "--json", "-q"])
+    assert evaluated.exit_code == 0, evaluated.output
+    predictor = load(out)
+    records = [json.loads(line) for line in lines]
+    right = [predictor([str(folder / r["image"])], prompt=r["question"])[0] == r["answer"] for r in records]
+    assert json.loads(evaluated.output.splitlines()[-1])["metrics"]["exact"] == pytest.approx(np.mean(right))
