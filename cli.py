@@ -688,6 +688,34 @@ def data_prepare_lm(source: str, out: str, tokenizer: str | None, vocab_size: in
     click.echo(f"wrote {index.tokens} tokens of {index.documents} documents in {len(index.shards)} shard(s) to {out}")
 
 
+@main.group(context_settings=CONTEXT)
+def vqa() -> None:
+    """Look inside a vqa model (`tokformer train vqa`)."""
+
+
+@vqa.command("attention", context_settings=CONTEXT)
+@click.argument("run_dir")
+@click.argument("image")
+@click.argument("questions", nargs=-1, required=True)
+@click.option("-o", "--out", default="attention.png", show_default=True, metavar="FILE", help="The figure (PNG).")
+@click.option("--layer", type=int, default=-1, show_default=True, help="Which block's attention (-1: the last).")
+@click.option("--overwrite", is_flag=True, help="Replace FILE if it exists.")
+@click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
+@click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
+@click.option("-q", "--quiet", is_flag=True, help="No info lines or warnings.")
+def vqa_attention(run_dir: str, image: str, questions: tuple[str, ...], out: str, layer: int, overwrite: bool,
+                  checkpoint: str, device: str, quiet: bool) -> None:
+    """Where the answer looks: for each of QUESTIONS about IMAGE, the model's answer and the attention
+    of its first token over the picture, one panel per question."""
+    from tokformer.engine.progress import configure_logging
+    from tokformer.tasks.vqa_attention import attention_figure
+
+    configure_logging(quiet)
+    path = attention_figure(run_dir, image, questions, out, layer=layer, overwrite=overwrite, checkpoint=checkpoint,
+                            device=device)
+    click.echo(f"wrote {path}")
+
+
 def _seed_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
     from tokformer.runtime.config import coerce
 

@@ -19,17 +19,20 @@ from tokformer.tasks.birds.data import BOTTOM_LEFT, TOP_RIGHT, BirdImages
 
 
 @torch.no_grad()
-def attention_maps(model: nn.Module, images: Tensor, blocks: nn.ModuleList | None = None) -> list[Tensor]:
+def attention_maps(model: nn.Module, inputs: Tensor | tuple, blocks: nn.ModuleList | None = None,
+                   mask: Tensor | None = None) -> list[Tensor]:
     """One ``[B, heads, N, N]`` tensor of attention probabilities per block of ``blocks`` (default
     ``model.encoder.blocks``: the bird Transformer's, whose token 0 is the class token) while
-    ``model`` runs on ``images``."""
+    ``model`` runs on ``inputs`` (its argument, moved to its device, or a tuple of its arguments).
+    ``mask`` (``[B, 1, N, N]`` bool, True = may attend) is the mask the model attended under, if any
+    (a padded or prefix-LM sequence); rows with no key at all come out NaN."""
     blocks = model.encoder.blocks if blocks is None else blocks
     captured: list[Tensor] = []
     hooks = [b.attn.qkv.register_forward_hook(lambda _m, _i, out: captured.append(out)) for b in blocks]
     was_training = model.training
     model.eval()
     try:
-        model(images.to(next(model.parameters()).device))
+        model(*(inputs if isinstance(inputs, tuple) else (inputs.to(next(model.parameters()).device),)))
     finally:
         for hook in hooks:
             hook.remove()
@@ -37,7 +40,10 @@ def attention_maps(model: nn.Module, images: Tensor, blocks: nn.ModuleList | Non
     maps = []
     for qkv, block in zip(captured, blocks, strict=True):
         q, k, _ = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=block.attn.n_heads)
-        maps.append(torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1).cpu())  # [B, H, N, N]
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # [B, H, N, N]
+        if mask is not None:
+            scores = scores.masked_fill(~mask.to(scores.device), float("-inf"))
+        maps.append(torch.softmax(scores, dim=-1).cpu())
     return maps
 
 

@@ -1,0 +1,131 @@
+"""Where a vqa model looks: the attention of the answer's first token over the picture's tokens.
+
+The answer's first token (BOS) is the query that predicts the first answer word; its attention
+over the image segment, per layer and head, is the map. For a question about a quadrant (or a
+pair of them), :func:`asked_bird_share` measures how much of that attention falls on the asked-
+about bird(s), against their share of the picture's tokens: 1 is what uniform attention gives,
+more means the question sent the model there. The maps are recomputed from each block's q/k
+under the model's own mask (prefix-LM, padding), as the birds experiment does
+(:func:`~tokformer.tasks.birds.attention.attention_maps`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from tokformer.errors import ConfigError, UsageError
+from tokformer.masks import prefix_lm_mask
+from tokformer.tasks.birds.attention import attention_maps, bird_tokens
+from tokformer.tasks.vqa import Example, VQATask
+from tokformer.tasks.vqa_data import BirdQuestions
+
+
+@torch.no_grad()
+def answer_attention(model: nn.Module, task: VQATask, images: Sequence[Any], questions: Sequence[str]) -> list[Tensor]:
+    """Per layer, ``[B, heads, N_image]``: the attention of each example's answer-start token over its
+    picture's tokens (a share of all its attention: the prompt's tokens take the rest)."""
+    batch = task.collate([Example(image, question, "") for image, question in zip(images, questions, strict=True)],
+                         train=False)
+    device = next(model.parameters()).device
+    inputs = tuple(batch[name].to(device) for name in ("image", "prompt", "answer"))
+    mixed = model.segments(dict(zip(("image", "prompt", "answer"), inputs, strict=True)))
+    n = mixed.x.shape[1]
+    mask = (prefix_lm_mask(mixed.end_of("prompt"), n, device)[None] & mixed.mask[:, None, :])[:, None]  # [B,1,N,N]
+    maps = attention_maps(model, inputs, model.encoder.blocks, mask)
+    query, image = mixed.spans["answer"].start, mixed.spans["image"]
+    return [m[:, :, query, image] for m in maps]
+
+
+def asked_bird_share(maps: list[Tensor], data: BirdQuestions, patch: int) -> np.ndarray:
+    """``[layers, heads]``: attention on the asked-about birds' tokens as a multiple of their share of
+    the picture's tokens, averaged over the questions about a quadrant or pair whose asked quadrants
+    all hold a bird (``maps[l][b]`` belongs to example ``b`` of ``data``)."""
+    n_layers, n_heads, n_image = len(maps), maps[0].shape[1], maps[0].shape[-1]
+    total, used = np.zeros((n_layers, n_heads)), 0
+    for b, asked in enumerate(data.quadrants):
+        birds = set(data.scenes.bird_slot[data.scenes.bird_image == b].tolist())
+        if not asked or not set(asked) <= birds:
+            continue
+        tokens = np.unique(np.concatenate([bird_tokens(data.scenes, b, q, patch, first=0) for q in asked]))
+        for layer, probs in enumerate(maps):
+            on_image = probs[b].sum(dim=-1)  # [heads]
+            on_birds = probs[b][:, tokens].sum(dim=-1)
+            total[layer] += ((on_birds / on_image) / (len(tokens) / n_image)).numpy()
+        used += 1
+    if not used:
+        raise ValueError("no question about a quadrant with its bird(s) present")
+    return total / used
+
+
+def plot_question_attention(image: np.ndarray, questions: Sequence[str], answers: Sequence[str],
+                            maps: Sequence[np.ndarray], path: str | Path, title: str = "") -> Path:
+    """One picture asked several questions: the picture, then per question its ``[grid, grid]``
+    attention map over the picture, the answer in the panel's title. Writes a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(questions) + 1, figsize=(2.6 * (len(questions) + 1), 3.0))
+    axes[0].imshow(image)
+    axes[0].set_title("picture", fontsize=9)
+    for ax, question, answer, grid in zip(axes[1:], questions, answers, maps, strict=True):
+        ax.imshow(image)
+        size = image.shape[0]
+        ax.imshow(grid, cmap="magma", alpha=0.6, extent=(0, size, size, 0), interpolation="nearest")
+        ax.set_title(f"{question}\n-> {answer or '(nothing)'}", fontsize=8)
+    for ax in axes:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial.png")  # the figure appears whole or not at all
+    fig.savefig(partial, dpi=110)
+    plt.close(fig)
+    partial.replace(path)
+    return path
+
+
+def question_maps(model: nn.Module, task: VQATask, image: Any, questions: Sequence[str],
+                  layer: int = -1) -> list[np.ndarray]:
+    """For each question about ``image``: layer ``layer``'s head-averaged attention of the answer start
+    over the picture, as the ``[grid, grid]`` patch grid (normalised to sum 1)."""
+    maps = answer_attention(model, task, [image] * len(questions), questions)[layer].mean(dim=1)  # [Q, N_image]
+    rows, cols = task.image_tokenizer.grid_size
+    maps = maps / maps.sum(dim=-1, keepdim=True)
+    return [m.reshape(rows, cols).numpy() for m in maps]
+
+
+def attention_figure(source: str | os.PathLike, image: str | os.PathLike, questions: Sequence[str],
+                     out: str | os.PathLike, *, layer: int = -1, overwrite: bool = False, checkpoint: str = "best",
+                     device: str = "cpu") -> Path:
+    """``tokformer vqa attention``: the figure of :func:`plot_question_attention` for one image file
+    and several questions, asked of the vqa model of ``source`` (a run directory or model folder)."""
+    from tokformer.store.loader import load
+    from tokformer.tokenizers.image import open_image
+
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise UsageError(f"{out} exists; pass --overwrite to replace it")
+    predictor = load(source, checkpoint, device)
+    if not isinstance(predictor.task, VQATask):
+        raise ConfigError(f"{source} is not a vqa model")
+    task, model = predictor.task, predictor.model
+    n_layers = len(model.encoder.blocks)
+    if not -n_layers <= layer < n_layers:
+        raise UsageError(f"--layer {layer}: the model has {n_layers} layers (0..{n_layers - 1}, or -1 for the last)")
+    picture = open_image(Path(image)).convert("RGB").resize(task.image_tokenizer.image_size[::-1])
+    answers = [task.predict(model, [picture], prompt=question)[0] for question in questions]
+    maps = question_maps(model, task, picture, questions, layer)
+    return plot_question_attention(np.asarray(picture), questions, answers, maps, out,
+                                   title=f"attention of the answer's first token, layer {layer % n_layers}")
