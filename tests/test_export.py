@@ -26,6 +26,7 @@ from tokformer.tasks.graph import GraphConfig, GraphTask
 from tokformer.tasks.lm import EOT, LMConfig, LMTask
 from tokformer.tasks.sort import SortConfig, SortTask, make_sequences
 from tokformer.tasks.translate import BOS, EOS, PAD, TranslateConfig, TranslateTask
+from tokformer.tasks.vqa import Example, VQAConfig, VQATask
 from tokformer.tokenizers.bpe import BPETokenizer
 from tokformer.tokenizers.image import ImagePatchTokenizer
 
@@ -87,7 +88,25 @@ def _graph(attention: str) -> tuple[Task, Callable[[Task], tuple]]:
     return task, other
 
 
+def _vqa() -> tuple[Task, Callable[[Task], tuple]]:
+    import tokformer.tasks.vqa as vqa
+
+    task = VQATask(VQAConfig(n_layers=1, image_size=16, patch_size=4, vocab_size=270, tokenizer="linear", **SMALL))
+    task.text = BPETokenizer.train(["how many birds are there?", "two birds", "yes"], 270,
+                                   special_tokens=[vqa.BOS, vqa.EOS, vqa.PAD], max_length=32)
+
+    def other(t: VQATask) -> tuple:
+        images = torch.randint(0, 256, (3, 3, 16, 16), dtype=torch.uint8)
+        batch = t.collate([Example(images[0], "how many?", "two birds there"), Example(images[1], "", "yes"),
+                           Example(images[2], "are there birds, are there?", "no")], train=False)
+        native = type(t.image_tokenizer)(**{**t.image_tokenizer.get_config(), "resize": False})  # as classify's
+        return native.batch(torch.rand(3, 3, 8, 12)), batch["prompt"], batch["answer"]
+
+    return task, other
+
+
 BUILDERS: dict[str, Callable[[], tuple[Task, Callable[[Task], tuple]]]] = {
+    "vqa": _vqa,
     "sort": _sort,
     "classify": lambda: _classify("sincos"),
     "classify-learned": lambda: _classify("learned"),

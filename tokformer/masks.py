@@ -45,11 +45,12 @@ def padding_or_none(key_mask: Tensor) -> Tensor | None:
 def prefix_lm_mask(prefix_len: Tensor | int, n: int, device: torch.device | None = None) -> Tensor:
     """Bidirectional over the first ``prefix_len`` tokens, causal after them.
 
-    Returns ``[N, N]`` for an int prefix length, ``[B, 1, N, N]`` for a ``[B]`` tensor.
+    Returns ``[N, N]`` for an int prefix length (a traced one too: ``torch.export``'s symbolic
+    sizes are ints that are not ``int``), ``[B, 1, N, N]`` for a ``[B]`` tensor.
     """
     causal = causal_mask(n, n, device)
     keys = torch.arange(n, device=device)
-    if isinstance(prefix_len, int):
+    if not isinstance(prefix_len, Tensor):
         return causal | (keys < prefix_len)[None, :]
     in_prefix = keys[None, :] < prefix_len.to(device)[:, None]  # [B, N]
     return causal[None, None] | in_prefix[:, None, None, :]

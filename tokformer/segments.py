@@ -72,7 +72,7 @@ class SegmentEmbedder(nn.Module):
         if set(segments) != set(self.embedders):
             raise ValueError(f"expected the segments {self.names}, got {list(segments)}")
         sizes = {name: segments[name].batch_size for name in self.names}
-        if len(set(sizes.values())) != 1:
+        if any(size != sizes[self.names[0]] for size in sizes.values()):  # no set(): traced sizes are unhashable
             raise ValueError(f"segments disagree on the batch size: {sizes}")
         parts, masks, spans, start = [], [], {}, 0
         for name in self.names:
