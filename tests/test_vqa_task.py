@@ -156,3 +156,26 @@ def test_a_jsonl_folder_trains_and_evaluates(tmp_path) -> None:
     records = [json.loads(line) for line in lines]
     right = [predictor([str(folder / r["image"])], prompt=r["question"])[0] == r["answer"] for r in records]
     assert json.loads(evaluated.output.splitlines()[-1])["metrics"]["exact"] == pytest.approx(np.mean(right))
+
+
+def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path) -> None:
+    """Resumed from its step-4 checkpoint, a run ends where the uninterrupted one did, bit for bit,
+    with the tokenizers it started with (not learnt again)."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from tokformer.store.steps import list_checkpoints, step_dir
+
+    full = train("vqa", run_dir=str(tmp_path / "full"), steps=8, warmup_steps=2, batch_size=8, eval_every=4,
+                 quiet=True, **TINY)
+    cut = tmp_path / "cut"
+    shutil.copytree(full.run_dir, cut)
+    shutil.rmtree(step_dir(cut, 8))
+    assert max(list_checkpoints(cut)) == 4
+    text_files = {p.name: p.read_bytes() for p in (cut / "text_tokenizer").iterdir()}
+    resumed = train(resume=cut, quiet=True)
+    assert resumed.step == 8
+    a, b = (load_file(step_dir(r, 8) / "model.safetensors") for r in (full.run_dir, cut))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert {p.name: p.read_bytes() for p in (cut / "text_tokenizer").iterdir()} == text_files
