@@ -179,3 +179,17 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path) -> None:
     a, b = (load_file(step_dir(r, 8) / "model.safetensors") for r in (full.run_dir, cut))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert {p.name: p.read_bytes() for p in (cut / "text_tokenizer").iterdir()} == text_files
+
+
+def test_a_bad_data_folder_is_one_line_from_the_cli(tmp_path) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(folder / "a.png")
+    (folder / "data.jsonl").write_text('{"image": "a.png", "answer": "x"}\n{"image": "a.png", "answer": 3}\n',
+                                       encoding="utf-8")
+    result = CliRunner().invoke(main, ["train", "vqa", "--data", str(folder), "--run-dir", str(tmp_path / "run"),
+                                       "--steps", "2", "-q"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    expected = f'{folder / "data.jsonl"}:2: "answer" must be a string, got 3'
+    assert result.output.strip().splitlines()[-1].endswith(expected)
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,174 @@
+"""The vqa task's results: ``tokformer train vqa`` with its defaults, one run per seed, measured.
+
+Per seed: the train command's wall time and peak memory (its own process), examples and tokens
+per second; ``tokformer evaluate RUN --json`` on the held-out split (exact match overall, per
+question type, on the held-out phrasings and (type, quadrant) combinations and on the rest,
+beside the question-only and most-frequent baselines); and, on the same held-out scenes, the
+attention of the answer's first token on the asked-about birds against their token share, per
+layer (the best head, and the heads' mean). Then the issue's targets, each met or missed.
+
+    python benchmarks/vqa_results.py                # seeds 0 1 2 (about 30 minutes on 2 cores); run alone
+    python benchmarks/vqa_results.py --report       # re-render vqa.md from vqa.jsonl
+
+Appends one row per seed to ``benchmarks/results/vqa.jsonl`` and renders ``vqa.md`` from all of
+them (``tests/test_results_reproduce.py`` checks that the table is the file's rendering);
+docs/vqa.md quotes that table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from harness import RESULTS, Machine, markdown_table, over_seeds, read_jsonl, write_results
+
+JSONL = RESULTS / "vqa.jsonl"
+TYPES = ("count", "presence", "species", "same", "facing")
+BLIND = "question only (most frequent answer to it)"
+ATTENTION_EXAMPLES = 1000  # held-out questions the attention share is averaged over (those about a quadrant)
+
+TRAIN = """
+import json, resource, sys, time
+from tokformer.engine import train
+start = time.perf_counter()
+result = train("vqa", run_dir=sys.argv[1], seed=int(sys.argv[2]), quiet=True)
+print(json.dumps({"seconds": time.perf_counter() - start, "step": result.step,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+ATTENTION = """
+import json, sys
+import numpy as np
+from tokformer.store.loader import load
+from tokformer.tasks.vqa_attention import answer_attention, asked_bird_share
+from tokformer.tasks.vqa_data import bird_questions
+predictor = load(sys.argv[1])
+task, model, n = predictor.task, predictor.model, int(sys.argv[2])
+c = task.config
+data = bird_questions(n, c.data_seed, "test", size=c.image_size)  # the evaluation split's first n scenes
+import torch
+images = torch.from_numpy(data.scenes.images).permute(0, 3, 1, 2)
+maps = [torch.cat(parts) for parts in zip(*(answer_attention(model, task, images[i:i + 100], data.questions[i:i + 100])
+                                             for i in range(0, n, 100)), strict=True)]
+share = asked_bird_share(maps, data, c.patch_size)  # [layers, heads]
+tokens = np.mean([len(task.text_tokenizer().encode(q)) for q in data.questions])
+answer_tokens = np.mean([len(task.text_tokenizer().encode(a)) + 1 for a in data.answers])
+image_tokens = task.image_tokenizer.grid_size[0] * task.image_tokenizer.grid_size[1]
+print(json.dumps({"share_best_head": share.max(axis=1).tolist(), "share_mean_head": share.mean(axis=1).tolist(),
+                  "tokens_per_example": float(image_tokens + tokens + answer_tokens)}))
+"""
+
+
+def python(script: str, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def tokformer(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "tokformer.cli", *args], capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"tokformer {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def measure(seed: int, workdir: Path, machine: Machine) -> dict:
+    run_dir = workdir / f"seed{seed}"
+    trained = python(TRAIN, str(run_dir), str(seed))
+    evaluated = json.loads(tokformer("evaluate", str(run_dir), "--json", "--quiet").splitlines()[-1])
+    attention = python(ATTENTION, str(run_dir), str(ATTENTION_EXAMPLES))
+    config = json.loads((run_dir / "config.json").read_text())
+    train_cfg = config["train"]
+    examples = trained["step"] * train_cfg["batch_size"]
+    return {"seed": seed, "steps": trained["step"], "batch_size": train_cfg["batch_size"],
+            "train_seconds": round(trained["seconds"], 1), "peak_rss_mb": round(trained["peak_rss_mb"]),
+            "examples_per_s": round(examples / trained["seconds"], 1),
+            "tokens_per_s": round(examples * attention["tokens_per_example"] / trained["seconds"]),
+            "metrics": evaluated["metrics"], "baselines": evaluated["baselines"],
+            "attention_share_best_head": attention["share_best_head"],
+            "attention_share_mean_head": attention["share_mean_head"],
+            "machine": machine.line("2 torch threads (the default)"), "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                           time.gmtime())}
+
+
+def mean(rows: list[dict], get) -> float:
+    return float(np.mean([get(r) for r in rows]))
+
+
+def render(rows: list[dict]) -> str:
+    """The results table and the targets, from the rows of ``vqa.jsonl`` (the latest run of each seed)."""
+    rows = list({r["seed"]: r for r in rows}.values())
+    seeds = ", ".join(str(r["seed"]) for r in rows)
+    cell = lambda get, digits=3: over_seeds([get(r) for r in rows], digits)  # noqa: E731
+    metric = lambda name: (lambda r: r["metrics"][name])  # noqa: E731
+    table = markdown_table(["measure", f"mean ± sample std (per seed: {seeds})"], [
+        ["exact match, all held-out questions", cell(metric("exact"))],
+        *[[f"exact match, {kind}", cell(metric(f"exact_{kind}"))] for kind in TYPES],
+        ["exact match, seen phrasings and combinations", cell(metric("exact_seen"))],
+        ["exact match, held-out phrasings", cell(metric("exact_held_phrasing"))],
+        ["exact match, held-out (type, quadrant) combinations", cell(metric("exact_held_combo"))],
+        ["baseline: the question alone", cell(lambda r: r["baselines"][BLIND]["exact"])],
+        ["baseline: the most frequent answer", cell(lambda r: r["baselines"]["most frequent answer"]["exact"])],
+        *[[f"attention on the asked-about bird(s) / their token share, layer {layer} (best head; heads' mean)",
+           f"{cell(lambda r, i=layer: r['attention_share_best_head'][i], 2)}; "
+           f"{cell(lambda r, i=layer: r['attention_share_mean_head'][i], 2)}"]
+          for layer in range(len(rows[0]["attention_share_best_head"]))],
+        ["train wall time (s)", cell(lambda r: r["train_seconds"], 0)],
+        ["peak memory of the train process (MB)", cell(lambda r: r["peak_rss_mb"], 0)],
+        ["training examples / s", cell(lambda r: r["examples_per_s"], 1)],
+        ["training tokens / s (picture + question + answer)", cell(lambda r: r["tokens_per_s"], 0)],
+    ])
+    m = lambda name: mean(rows, metric(name))  # noqa: E731
+    blind = mean(rows, lambda r: r["baselines"][BLIND]["exact"])
+    best_share = max(mean(rows, lambda r, i=i: r["attention_share_best_head"][i])
+                     for i in range(len(rows[0]["attention_share_best_head"])))
+    slowest = max(r["train_seconds"] for r in rows)
+    targets = [
+        ("count, presence and species >= 0.95", min(m("exact_count"), m("exact_presence"), m("exact_species")) >= 0.95,
+         f"{m('exact_count'):.3f}, {m('exact_presence'):.3f}, {m('exact_species'):.3f}"),
+        ("same species >= 0.90", m("exact_same") >= 0.90, f"{m('exact_same'):.3f}"),
+        ("overall >= question-only baseline + 0.30", m("exact") >= blind + 0.30, f"{m('exact'):.3f} vs {blind:.3f}"),
+        ("held-out phrasings within 0.05 of seen", abs(m("exact_held_phrasing") - m("exact_seen")) <= 0.05,
+         f"{m('exact_held_phrasing'):.3f} vs {m('exact_seen'):.3f}"),
+        ("held-out combinations within 0.05 of seen", abs(m("exact_held_combo") - m("exact_seen")) <= 0.05,
+         f"{m('exact_held_combo'):.3f} vs {m('exact_seen'):.3f}"),
+        ("attention on the asked-about bird(s) >= 3x their token share in some layer", best_share >= 3.0,
+         f"{best_share:.2f}x (best head of the best layer, mean over seeds)"),
+        ("`tokformer train vqa` under 10 minutes on 2 cores", slowest < 600, f"{slowest:.0f} s (slowest seed)"),
+    ]
+    target_table = markdown_table(["target", "met?", "measured (mean over seeds)"],
+                                  [[name, "met" if ok else "**missed**", value] for name, ok, value in targets])
+    machines = sorted({r["machine"] for r in rows})
+    return (f"# vqa: `tokformer train vqa` with its defaults, held-out results\n\n"
+            f"{len(rows)} seeds ({seeds}), {rows[0]['steps']} steps of {rows[0]['batch_size']} examples each "
+            f"(`python benchmarks/vqa_results.py`); evaluated with `tokformer evaluate RUN --json` on the "
+            f"{'held-out'} split; attention over the first {ATTENTION_EXAMPLES} held-out scenes' questions about a "
+            f"quadrant or a pair whose bird(s) are there.\n\n{table}\n\n## Targets (issue #28)\n\n{target_table}\n\n"
+            + "\n".join(machines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--report", action="store_true", help="only re-render vqa.md from vqa.jsonl")
+    args = parser.parse_args()
+    if not args.report:
+        machine = Machine(("torch", "tokformer"))
+        with tempfile.TemporaryDirectory(prefix="tokformer-vqa-") as workdir:
+            for seed in args.seeds:
+                row = measure(seed, Path(workdir), machine)
+                with JSONL.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(row) + "\n")
+                print(f"seed {seed}: exact {row['metrics']['exact']:.3f} in {row['train_seconds']:.0f} s", flush=True)
+    write_results("vqa.md", render(read_jsonl(JSONL)))
+
+
+if __name__ == "__main__":
+    main()
