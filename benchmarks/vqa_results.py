@@ -26,19 +26,23 @@ import time
 from pathlib import Path
 
 import numpy as np
-from harness import RESULTS, Machine, markdown_table, over_seeds, read_jsonl, write_results
+from harness import RESULTS, Machine, latest_per_process, markdown_table, over_seeds, read_jsonl, write_results
 
-JSONL = RESULTS / "vqa.jsonl"
 TYPES = ("count", "presence", "species", "same", "facing")
 BLIND = "question only (most frequent answer to it)"
 ATTENTION_EXAMPLES = 1000  # held-out questions the attention share is averaged over (those about a quadrant)
+FIGURE = Path(__file__).resolve().parents[1] / "docs" / "vqa" / "attention.png"
+FIGURE_QUESTIONS = ("how many birds are there?", "what species is the bird at the top right?",
+                    "are the birds at the top left and the bottom right the same species?",
+                    "is there a bird at the bottom left?")
 
 TRAIN = """
 import json, resource, sys, time
 from tokformer.engine import train
 start = time.perf_counter()
-result = train("vqa", run_dir=sys.argv[1], seed=int(sys.argv[2]), quiet=True)
-print(json.dumps({"seconds": time.perf_counter() - start, "step": result.step,
+result = train("vqa", run_dir=sys.argv[1], seed=int(sys.argv[2]), quiet=True, **json.loads(sys.argv[3]))
+import torch
+print(json.dumps({"seconds": time.perf_counter() - start, "step": result.step, "threads": torch.get_num_threads(),
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -65,6 +69,29 @@ print(json.dumps({"share_best_head": share.max(axis=1).tolist(), "share_mean_hea
 """
 
 
+FIGURE_SCRIPT = """
+import sys
+from pathlib import Path
+import numpy as np
+from tokformer.store.loader import load
+from tokformer.tasks.vqa_attention import plot_question_attention, question_maps
+from tokformer.tasks.vqa_data import bird_questions
+predictor = load(sys.argv[1])
+task, model = predictor.task, predictor.model
+data = bird_questions(64, 2026, "sample", size=task.config.image_size)
+counts = np.bincount(data.scenes.bird_image, minlength=64)
+picture = data.scenes.images[int(np.flatnonzero(counts == 4)[0])]  # a bird in every quadrant
+questions = sys.argv[3:]
+answers = [task.predict(model, [picture], prompt=q)[0] for q in questions]
+for layer in range(len(model.encoder.blocks)):
+    maps = question_maps(model, task, picture, questions, layer)
+    out = Path(sys.argv[2]).with_name(f"attention-layer{layer}.png")
+    plot_question_attention(picture, questions, answers, maps, out,
+                            title=f"attention of the answer's first token over the picture, layer {layer}")
+print("{}")
+"""
+
+
 def python(script: str, *args: str) -> dict:
     done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True)
     if done.returncode:
@@ -79,23 +106,25 @@ def tokformer(*args: str) -> str:
     return done.stdout
 
 
-def measure(seed: int, workdir: Path, machine: Machine) -> dict:
+def measure(seed: int, workdir: Path, machine: Machine, options: dict) -> dict:
     run_dir = workdir / f"seed{seed}"
-    trained = python(TRAIN, str(run_dir), str(seed))
+    trained = python(TRAIN, str(run_dir), str(seed), json.dumps(options))
     evaluated = json.loads(tokformer("evaluate", str(run_dir), "--json", "--quiet").splitlines()[-1])
     attention = python(ATTENTION, str(run_dir), str(ATTENTION_EXAMPLES))
+    if seed == 0 and not options:  # the docs' figure (of the defaults): one picture, four questions, every layer
+        python(FIGURE_SCRIPT, str(run_dir), str(FIGURE), *FIGURE_QUESTIONS)
     config = json.loads((run_dir / "config.json").read_text())
     train_cfg = config["train"]
     examples = trained["step"] * train_cfg["batch_size"]
-    return {"seed": seed, "steps": trained["step"], "batch_size": train_cfg["batch_size"],
+    return {"seed": seed, "options": options, "steps": trained["step"], "batch_size": train_cfg["batch_size"],
             "train_seconds": round(trained["seconds"], 1), "peak_rss_mb": round(trained["peak_rss_mb"]),
             "examples_per_s": round(examples / trained["seconds"], 1),
             "tokens_per_s": round(examples * attention["tokens_per_example"] / trained["seconds"]),
             "metrics": evaluated["metrics"], "baselines": evaluated["baselines"],
             "attention_share_best_head": attention["share_best_head"],
             "attention_share_mean_head": attention["share_mean_head"],
-            "machine": machine.line("2 torch threads (the default)"), "date": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                                           time.gmtime())}
+            "machine": machine.line(f"{trained['threads']} torch thread(s)"),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def mean(rows: list[dict], get) -> float:
@@ -106,6 +135,10 @@ def render(rows: list[dict]) -> str:
     """The results table and the targets, from the rows of ``vqa.jsonl`` (the latest run of each seed)."""
     rows = list({r["seed"]: r for r in rows}.values())
     seeds = ", ".join(str(r["seed"]) for r in rows)
+    options = {json.dumps(r["options"]) for r in rows}
+    if len(options) > 1:
+        raise ValueError(f"rows of different options in one table: {sorted(options)}")
+    chosen = json.loads(options.pop())
     cell = lambda get, digits=3: over_seeds([get(r) for r in rows], digits)  # noqa: E731
     metric = lambda name: (lambda r: r["metrics"][name])  # noqa: E731
     table = markdown_table(["measure", f"mean ± sample std (per seed: {seeds})"], [
@@ -145,8 +178,9 @@ def render(rows: list[dict]) -> str:
     ]
     target_table = markdown_table(["target", "met?", "measured (mean over seeds)"],
                                   [[name, "met" if ok else "**missed**", value] for name, ok, value in targets])
-    machines = sorted({r["machine"] for r in rows})
-    return (f"# vqa: `tokformer train vqa` with its defaults, held-out results\n\n"
+    machines = latest_per_process([r["machine"] for r in rows])
+    command = "tokformer train vqa" + "".join(f" --{k.replace('_', '-')} {v}" for k, v in chosen.items())
+    return (f"# vqa: `{command}`, held-out results\n\n"
             f"{len(rows)} seeds ({seeds}), {rows[0]['steps']} steps of {rows[0]['batch_size']} examples each "
             f"(`python benchmarks/vqa_results.py`); evaluated with `tokformer evaluate RUN --json` on the "
             f"{'held-out'} split; attention over the first {ATTENTION_EXAMPLES} held-out scenes' questions about a "
@@ -158,16 +192,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--report", action="store_true", help="only re-render vqa.md from vqa.jsonl")
+    parser.add_argument("--options", default="{}", help='train options other than the defaults, as JSON '
+                        '(a smoke run: \'{"steps": 20, "train_size": 200}\' --out vqa-smoke)')
+    parser.add_argument("--out", default="vqa", help="results name under benchmarks/results/ (.jsonl, .md)")
     args = parser.parse_args()
+    jsonl = RESULTS / f"{args.out}.jsonl"
     if not args.report:
         machine = Machine(("torch", "tokformer"))
         with tempfile.TemporaryDirectory(prefix="tokformer-vqa-") as workdir:
             for seed in args.seeds:
-                row = measure(seed, Path(workdir), machine)
-                with JSONL.open("a", encoding="utf-8") as out:
+                row = measure(seed, Path(workdir), machine, json.loads(args.options))
+                with jsonl.open("a", encoding="utf-8") as out:
                     out.write(json.dumps(row) + "\n")
                 print(f"seed {seed}: exact {row['metrics']['exact']:.3f} in {row['train_seconds']:.0f} s", flush=True)
-    write_results("vqa.md", render(read_jsonl(JSONL)))
+    write_results(f"{args.out}.md", render(read_jsonl(jsonl)))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ SMALL_DATA = {
     "lm": {"stdlib_bytes": 60_000, "tokenizer_chars": 30_000, "vocab_size": 300, "val_fraction": 0.2,
            "context_len": 32},
     "graph": {"per_class": 5},
+    "vqa": {"train_size": 64, "eval_size": 16},
 }
 
 

@@ -40,6 +40,7 @@ def populate(cwd: Path, shared: Path) -> None:
     _images(cwd)
     _pairs(cwd)
     _graphs(cwd)
+    _questions(cwd)
     for item in shared.iterdir():
         target = cwd / ("path/to" if item.name.startswith("hf-") or item.name == "timm-hub-folder" else "") / item.name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +71,21 @@ def _images(cwd: Path) -> None:
         (cwd / "my_images" / label).mkdir(parents=True)
         for i in range(8):
             _image(100 * c + i).save(cwd / "my_images" / label / f"{i}.png")
+
+
+def _questions(cwd: Path) -> None:
+    """``birds.png`` (a built-in vqa scene) and ``my_vqa/``: a JSONL folder of pictures, questions, answers."""
+    from tokformer.tasks.vqa_data import bird_questions
+
+    data = bird_questions(12, seed=0, split="sample")
+    Image.fromarray(data.scenes.images[0]).save(cwd / "birds.png")
+    (cwd / "my_vqa" / "images").mkdir(parents=True)
+    lines = []
+    for i in range(12):
+        Image.fromarray(data.scenes.images[i]).save(cwd / "my_vqa" / "images" / f"{i}.png")
+        lines.append(json.dumps({"image": f"images/{i}.png", "question": data.questions[i],
+                                 "answer": data.answers[i]}))
+    (cwd / "my_vqa" / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _pairs(cwd: Path) -> None:

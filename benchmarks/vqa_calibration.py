@@ -1,0 +1,90 @@
+"""Choose the vqa task's default budget and shape on a validation stream, never on the reported test split.
+
+Each candidate trains with ``tokformer.engine.train`` on the built-in questions (the task's own
+data pipeline, one seed) and is scored on the ``val`` split of the generator (an independent
+stream: no scene of it is in training or in the test split that ``tokformer evaluate`` and
+``benchmarks/vqa_results.py`` report). The table gives exact match overall and per question type
+with the train wall time; the defaults are the best candidate that trains in under 8 minutes on
+2 cores (room under the issue's 10). Run alone:
+
+    python benchmarks/vqa_calibration.py                  # every candidate of CANDIDATES
+    python benchmarks/vqa_calibration.py --only small-2k  # some of them
+
+Appends to ``benchmarks/results/vqa_calibration.jsonl`` and renders ``vqa_calibration.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from harness import RESULTS, Machine, markdown_table, read_jsonl, write_results
+
+from tokformer.engine import train
+from tokformer.store.loader import load
+from tokformer.tasks.vqa import Example
+from tokformer.tasks.vqa_data import QUESTION_TYPES, bird_questions
+
+JSONL = RESULTS / "vqa_calibration.jsonl"
+VAL_SIZE = 2000
+CANDIDATES: dict[str, dict] = {
+    "d64-l2-1k": dict(steps=1000, batch_size=32),
+    "d64-l2-3k": dict(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200),
+    "d64-l3-3k": dict(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200, n_layers=3),
+    "d96-l2-3k": dict(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200, d_model=96),
+    "d64-l2-3k-b64": dict(steps=3000, batch_size=64, lr=2e-3, warmup_steps=200),
+}
+
+
+@torch.no_grad()
+def validate(run_dir: Path, seed: int) -> dict[str, float]:
+    """Exact match on the generator's ``val`` split, overall and per question type."""
+    predictor = load(run_dir)
+    task, model = predictor.task, predictor.model.eval()
+    c = task.config
+    data = bird_questions(VAL_SIZE, c.data_seed + seed, "val", size=c.image_size)
+    images = torch.from_numpy(data.scenes.images).permute(0, 3, 1, 2)
+    exact = torch.cat([task.step(model, task.collate(
+        [Example(images[i], data.questions[i], data.answers[i]) for i in range(start, min(start + 256, VAL_SIZE))],
+        train=False)).outputs for start in range(0, VAL_SIZE, 256)])
+    kinds = data.kinds
+    return {"exact": float(exact.float().mean()),
+            **{kind: float(exact[[k == kind for k in kinds]].float().mean()) for kind in QUESTION_TYPES}}
+
+
+def render(rows: list[dict]) -> str:
+    table = markdown_table(["candidate", "options", "val exact", *QUESTION_TYPES, "train wall (s)"], [
+        [r["name"], f"`{json.dumps(r['options'])}`", f"{r['val']['exact']:.3f}",
+         *[f"{r['val'][k]:.3f}" for k in QUESTION_TYPES], f"{r['seconds']:.0f}"] for r in rows])
+    machines = "\n".join(sorted({r["machine"] for r in rows}))
+    return (f"# vqa: choosing the defaults on a validation stream\n\nOne seed each; exact match on {VAL_SIZE} "
+            f"scenes of the generator's `val` split (`python benchmarks/vqa_calibration.py`).\n\n{table}\n\n"
+            f"{machines}\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=list(CANDIDATES), default=list(CANDIDATES))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    machine = Machine(("torch", "tokformer"))
+    with tempfile.TemporaryDirectory(prefix="tokformer-vqa-cal-") as workdir:
+        for name in args.only:
+            start = time.perf_counter()
+            run = Path(workdir) / name
+            train("vqa", run_dir=str(run), seed=args.seed, quiet=True, **CANDIDATES[name])
+            seconds = time.perf_counter() - start
+            row = {"name": name, "options": CANDIDATES[name], "seed": args.seed, "seconds": round(seconds, 1),
+                   "val": validate(run, args.seed), "machine": machine.line("2 torch threads")}
+            with JSONL.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(row) + "\n")
+            print(f"{name}: val exact {row['val']['exact']:.3f} in {seconds:.0f} s", flush=True)
+    write_results("vqa_calibration.md", render(read_jsonl(JSONL)))
+
+
+if __name__ == "__main__":
+    main()
