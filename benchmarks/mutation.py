@@ -126,9 +126,7 @@ INTRO = (
     "mutmut does not mutate `raise` lines (`do_not_mutate_patterns`): they only word an error whose condition, "
     "on the line before, is mutated; messages elsewhere (logs, returned errors) are mutated, and tests now "
     "check the ones that survived.")
-NOT_RUN = ("It is in the list of issue #25 but has not finished yet: 1,129 mutants, guarded by the Hugging Face "
-           "parity tests. A run started 2026-12-02 06:44 UTC was stopped for the session's CI after 331 of "
-           "them (239 killed, 92 survived so far); `--resume hf` goes on with it (its source and tests unchanged).")
+NOT_RUN = "It is in the module table but has no result yet."
 # The first runs, with the tests as they were before tests/test_mutation_*.py (2026-12-01, 19:03-20:33 UTC, load
 # average 2-5 from a neighbour's test runs): module -> (mutants, survivors, wall seconds). Their result files were
 # lost with the work folder; the counts are from the runs' logs. Every survivor was then killed by a new test or
@@ -221,6 +219,16 @@ FINDINGS: list[str] = [
     "own process (mutmut maps a test to the functions it saw run there), puts the staged copy first on "
     "PYTHONPATH and runs from mutmut's folder, whose pyproject.toml the mutated code reads "
     "(test_files_are_utf8_under_an_ascii_locale does all three).",
+    "Hugging Face interop: the parity tests read full configs that transformers wrote, one value per option, "
+    "so the run found the reader's defaults unchecked, and they were wrong: a config.json that leaves keys out "
+    "read Mistral's 4,096-token window and 131,072 positions and Qwen2's 32,768 as Llama's 2,048 (now a "
+    "per-family table tested against transformers' config classes). It also found crashes on hostile files (an "
+    "eos_token_id that is an empty list or not an int), Llama 3's BOS unread (its template sits in a Sequence "
+    "post-processor), and no test of the refused options' names, of older checkpoint layouts (GPT-2's attention "
+    "buffers, bare GPT2Model weights, a tied head saved anyway, rotary inv_freq), of what transformers reads "
+    "from our folders (keys, dropout, dtype, architectures, tokenizer settings, safetensors metadata), or of "
+    "the size check that keeps a few bytes of config from building billions of parameters "
+    "(tests/test_mutation_hf.py).",
     "mutmut's default process isolation forks each mutant's tests from its own multi-threaded process: on "
     "2026-12-02 such children hung asleep on a lock until their CPU limit and were counted as timeouts, i.e. "
     "killed. `process_isolation = \"forkserver\"` (pyproject.toml) forks them from a single-threaded server; "
@@ -326,6 +334,12 @@ _UNIT_STEP = ("the softmax objective is convex and its features standardised: L-
               "1-10x, as with it); the search guards curvature these problems do not have")
 _ANY_SEED = ("any fixed seed gives a reproducible subsample (test_the_training_subsample_is_the_same_on_every_call); "
              "which seed is a convention")
+
+_JSON_INDENT = "the file's indentation only: every JSON reader, transformers' included, reads the same document"
+_ONE_DIM_T = "t() of a 1-D tensor (a norm's or a bias's) is the tensor itself: the flag only matters for weights"
+_STRICT_SPLIT = ("the split's sizes have one entry per Hugging Face part, so the two sequences always have the same "
+                 "length; strict only guards a mistake the sizes rule out")
+_LEARNED_DEFAULT = "the lm config's position default is 'learned', what GPT-2 uses"
 
 EQUIVALENT: dict[str, tuple[str, str]] = {
     # masks
@@ -665,6 +679,39 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ('ignore = bool(model.get("ignore_merges", None))', _FALSE_DEFAULT),
     'tokformer.tokenizers.bpe_files.x_read_hf_json__mutmut_71':
         ('ignore = bool(model.get("ignore_merges", ))', _FALSE_DEFAULT),
+    # hf
+    "tokformer.interop.hf.x__gpt2_fields__mutmut_50": (")", _LEARNED_DEFAULT),
+    **{f"tokformer.interop.hf.x_family_of__mutmut_{n}": (
+        f'"{name}": cfg.activation in ("gelu_tanh", "gelu", "relu", "silu", "quick_gelu")}}',
+        "every activation the lm config accepts is one GPT-2 has, so this check never fails and its name is never "
+        "printed") for n, name in ((37, "XXactivationXX"), (38, "ACTIVATION"))},
+    "tokformer.interop.hf.x__gpt2_keys__mutmut_6": ('parts = {"norm1": ("ln_1", True), "attn.qkv": ("attn.c_attn", '
+                                                    'True), "attn.proj": ("attn.c_proj", True),', _ONE_DIM_T),
+    "tokformer.interop.hf.x__gpt2_keys__mutmut_21": ('"norm2": ("ln_2", True), "mlp.fc1": ("mlp.c_fc", True), '
+                                                     '"mlp.fc2": ("mlp.c_proj", True)}', _ONE_DIM_T),
+    "tokformer.interop.hf.x__gpt2_keys__mutmut_35": (
+        'out[f"encoder.blocks.{i}.{ours}.bias"] = (f"transformer.h.{i}.{theirs}.bias", True)', _ONE_DIM_T),
+    "tokformer.interop.hf.x__gpt2_map__mutmut_16": ('"encoder.norm.weight": ("transformer.ln_f.weight", True),',
+                                                    _ONE_DIM_T),
+    "tokformer.interop.hf.x__gpt2_map__mutmut_21": ('"encoder.norm.bias": ("transformer.ln_f.bias", True),',
+                                                    _ONE_DIM_T),
+    "tokformer.interop.hf.x_state_to_hf__mutmut_12": (
+        'out.pop("lm_head.weight", )', "a tied model's state dict holds head.weight too (the shared tensor under both "
+        "names), so lm_head.weight is always there to pop"),
+    **{f"tokformer.interop.hf.x_state_to_hf__mutmut_{n}": (
+        f"for hf_part, piece in zip(hf_parts, value.split(sizes), {strict}):", _STRICT_SPLIT)
+       for n, strict in ((61, "strict=None"), (64, ""), (66, "strict=False"))},
+    "tokformer.interop.hf.x_load_hf_folder__mutmut_9": (
+        "tokenizer = load_tokenizer(folder, None)", "the lm task's build_lm sets the tokenizer's max_length to the "
+        "context when the model is sized (before anything encodes), whatever it was loaded with"),
+    "tokformer.interop.hf.x__json_or_empty__mutmut_5": (
+        'document = files.loads(path.read_text(encoding="UTF-8"))', _UTF8_ALIAS),
+    **{f"tokformer.interop.hf.x_save_hf_folder__mutmut_{n}": (
+        f'(tmp / "config.json").write_text(json.dumps(hf_config(cfg, family, tokenizer), {indent}) + "\\n")',
+        _JSON_INDENT) for n, indent in ((37, "indent=None"), (39, ""), (46, "indent=3"))},
+    **{f"tokformer.interop.hf.x_save_hf_folder__mutmut_{n}": (
+        f'(tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, {indent}) + "\\n")',
+        _JSON_INDENT) for n, indent in ((76, "indent=None"), (78, ""), (79, "indent=3"))},
 }
 
 # Survivors that are real differences no quick-tier test here can see: mutant key -> (the mutated line, why).

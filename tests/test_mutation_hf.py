@@ -105,6 +105,16 @@ def test_a_config_without_defaults_reads_like_the_one_transformers_completes(mod
         assert hf.lm_config_from_hf(legacy) == hf.lm_config_from_hf(complete)
 
 
+@pytest.mark.parametrize(("model_type", "key", "field"), [("gpt2", "layer_norm_epsilon", "norm_eps"),
+                                                            ("llama", "rms_norm_eps", "norm_eps"),
+                                                            ("llama", "max_position_embeddings", "context_len")])
+def test_values_other_than_the_defaults_are_read(model_type, key, field) -> None:
+    base = dict(TINY_GPT2) if model_type == "gpt2" else dict(TINY_LLAMA)
+    value = 40 if key == "max_position_embeddings" else 1e-3
+    config = hf.lm_config_from_hf({"model_type": model_type, "vocab_size": 300, **base, key: value})
+    assert getattr(config, field) == value
+
+
 @pytest.mark.parametrize(("model_type", "options", "context"), [
     ("mistral", dict(sliding_window=16), 16),  # Mistral slides whenever it has a window
     ("mistral", dict(sliding_window=None), 64),
@@ -432,8 +442,19 @@ def test_a_vocabulary_as_large_as_the_embedding_table_loads(tokenizer, tmp_path)
     assert_same_logits(hf.load_hf_folder(tmp_path)[1], ref, ids_of(tokenizer))
 
 
-def test_a_config_far_larger_than_its_weights_is_refused_before_building(llama_folder) -> None:
-    """A few bytes of config.json must not buy a model of billions of parameters."""
+def test_a_config_far_larger_than_its_weights_is_refused_before_building(llama_folder, monkeypatch) -> None:
+    """A few bytes of config.json must not buy a model of billions of parameters: it is sized on the
+    meta device and refused; building it for real here would be a bug (and 20 GB)."""
+    from tokformer.runtime.registry import get_task
+
+    lm = get_task("lm")
+    real = lm.build_model
+
+    def only_on_meta(self):
+        assert torch.empty(0).device.type == "meta", "a model its weights cannot hold was built for real"
+        return real(self)
+
+    monkeypatch.setattr(lm, "build_model", only_on_meta)
     edit_json(llama_folder / "config.json", hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
               num_attention_heads=64, num_key_value_heads=8, head_dim=128)
     message = error_of(llama_folder)
@@ -505,6 +526,8 @@ BOS_FIRST = [{"SpecialToken": {"id": hf.EOT, "type_id": 0}}, {"Sequence": {"id":
     ({"type": "BertProcessing", "single": BOS_FIRST}, None),
     ({"type": "Sequence", "processors": [{"type": "ByteLevel", "trim_offsets": False},
                                          {"type": "TemplateProcessing", "single": BOS_FIRST}]}, hf.EOT),  # Llama 3
+    ({"type": "TemplateProcessing", "single": BOS_FIRST, "processors": []}, hf.EOT),  # its type decides
+    ({"type": "Sequence", "processors": [{"type": "BertProcessing", "single": BOS_FIRST}]}, None),
     ({"type": "TemplateProcessing", "single": "$A"}, None),
     ({"type": "TemplateProcessing", "single": ["SpecialToken"]}, None),
     ({"type": "Sequence", "processors": {"type": "TemplateProcessing"}}, None),
@@ -552,6 +575,7 @@ def test_tokenizer_files_are_read_as_utf8_under_an_ascii_locale(llama_folder) ->
         "post_processor": {"type": "TemplateProcessing", "single": BOS_FIRST}}
     tokenizer_json.write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
     assert not tokenizer_json.read_bytes().isascii()
+    assert hf.load_hf_folder(llama_folder)[0].config.bos_token == hf.EOT  # here, under a UTF-8 locale
     run = run_under_ascii_locale(textwrap.dedent(f"""
         import sys
         from tokformer.interop import hf
@@ -559,3 +583,18 @@ def test_tokenizer_files_are_read_as_utf8_under_an_ascii_locale(llama_folder) ->
         """))
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout == repr(hf.EOT)
+
+
+@pytest.mark.parametrize(("options", "family", "expected"), [
+    (dict(position="rope", norm="rms", mlp="swiglu", bias=False, qkv_bias=True), None, "qwen2"),
+    (dict(position="rope", norm="rms", mlp="swiglu", bias=False), "mistral", "mistral"),
+])
+def test_every_llama_layout_family_names_the_class_transformers_builds(options, family, expected, tokenizer,
+                                                                       tmp_path) -> None:
+    task, model = lm_task(tokenizer, **options)
+    hf.save_hf_folder(task, model, tmp_path / "out", family=family)
+    written = json.loads((tmp_path / "out" / "config.json").read_text(encoding="utf-8"))
+    assert written["model_type"] == expected
+    reloaded = reload_in_transformers(tmp_path / "out", tmp_path)
+    assert type(reloaded) is getattr(transformers, written["architectures"][0])
+    assert_same_logits(model, reloaded, ids_of(tokenizer))
