@@ -47,3 +47,31 @@ def test_a_mixing_cell_is_the_mean_and_sample_std_of_its_seeds(monkeypatch) -> N
     other_budget = [r | {"steps": 1, "accuracy": 0.0} for r in rows]
     other_split = [r | {"split": "val", "accuracy": 0.0} for r in rows]
     assert fc_line(rows + other_budget + other_split) == line  # the main table holds the test runs at its budget
+
+
+def test_the_vqa_results_and_their_docs_are_rendered_from_the_runs() -> None:
+    import vqa_results
+
+    runs = read_jsonl(vqa_results.RESULTS / "vqa.jsonl")
+    assert runs, "no runs committed"
+    rendered = vqa_results.render(runs)
+    assert rendered == (vqa_results.RESULTS / "vqa.md").read_text(encoding="utf-8")
+    docs = (BENCHMARKS.parent / "docs" / "vqa.md").read_text(encoding="utf-8")
+    tables = [block for block in rendered.split("\n\n") if block.startswith("|")]
+    assert len(tables) == 2 and all(table in docs for table in tables)  # results and targets, quoted whole
+
+
+def test_a_vqa_cell_is_the_mean_and_sample_std_of_its_seeds() -> None:
+    import vqa_results
+
+    def run(seed: int, exact: float) -> dict:
+        metrics = {"exact": exact, **{f"exact_{k}": 1.0 for k in vqa_results.TYPES},
+                   "exact_seen": 1.0, "exact_held_phrasing": 1.0, "exact_held_combo": 1.0}
+        baselines = {vqa_results.BLIND: {"exact": 0.3}, "most frequent answer": {"exact": 0.2}}
+        return {"seed": seed, "options": {}, "steps": 10, "batch_size": 4, "train_seconds": 1.0, "peak_rss_mb": 1,
+                "examples_per_s": 1.0, "tokens_per_s": 1, "metrics": metrics, "baselines": baselines,
+                "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "machine": "Machine: x; run y"}
+
+    line = next(x for x in vqa_results.render([run(0, 0.5), run(1, 0.7), run(2, 0.9)]).splitlines()
+                if x.startswith("| exact match, all held-out questions"))
+    assert "0.700 ± 0.200 (0.500 / 0.700 / 0.900)" in line  # sample std (ddof 1) of 0.5, 0.7, 0.9 is 0.2

@@ -193,3 +193,44 @@ def test_a_bad_data_folder_is_one_line_from_the_cli(tmp_path) -> None:
     expected = f'{folder / "data.jsonl"}:2: "answer" must be a string, got 3'
     assert result.output.strip().splitlines()[-1].endswith(expected)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_two_processes_train_with_one_tokenizer_learnt_by_rank_0(tmp_path) -> None:
+    """DDP under torchrun (gloo): rank 0 learns and saves the text tokenizer, rank 1 loads it; the run
+    ends with a checkpoint that loads and answers."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    import torch.distributed as dist
+
+    if not dist.is_gloo_available():
+        pytest.skip("needs the gloo backend")
+    script = tmp_path / "run_vqa.py"
+    script.write_text(textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        from tokformer.engine import train
+        from tokformer.tokenizers.bpe import BPETokenizer
+
+        log = Path({str(tmp_path)!r}) / f"bpe-{{os.environ['RANK']}}.txt"
+        real = BPETokenizer.train.__func__
+
+        def counting(cls, *args, **kwargs):
+            log.open("a").write("bpe\\n")
+            return real(cls, *args, **kwargs)
+
+        BPETokenizer.train = classmethod(counting)
+        train("vqa", run_dir={str(tmp_path / "run")!r}, steps=4, warmup_steps=1, batch_size=8, eval_every=4,
+              device="cpu", quiet=True, **{TINY!r})
+    """))
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(script)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "bpe-0.txt").read_text().split() == ["bpe"]
+    assert not (tmp_path / "bpe-1.txt").exists(), "rank 1 learnt its own tokenizer"
+    picture = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    assert isinstance(load(tmp_path / "run")([picture], prompt="how many birds are there?")[0], str)
