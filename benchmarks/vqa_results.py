@@ -73,6 +73,7 @@ FIGURE_SCRIPT = """
 import sys
 from pathlib import Path
 import numpy as np
+import torch
 from tokformer.store.loader import load
 from tokformer.tasks.vqa_attention import plot_question_attention, question_maps
 from tokformer.tasks.vqa_data import bird_questions
@@ -80,11 +81,12 @@ predictor = load(sys.argv[1])
 task, model = predictor.task, predictor.model
 data = bird_questions(64, 2026, "sample", size=task.config.image_size)
 counts = np.bincount(data.scenes.bird_image, minlength=64)
-picture = data.scenes.images[int(np.flatnonzero(counts == 4)[0])]  # a bird in every quadrant
+picture = data.scenes.images[int(np.flatnonzero(counts == 4)[0])]  # [H, W, 3] uint8: a bird in every quadrant
+image = torch.from_numpy(picture).permute(2, 0, 1)  # [3, H, W], as the tokenizer takes it
 questions = sys.argv[3:]
-answers = [task.predict(model, [picture], prompt=q)[0] for q in questions]
+answers = [task.predict(model, [image], prompt=q)[0] for q in questions]
 for layer in range(len(model.encoder.blocks)):
-    maps = question_maps(model, task, picture, questions, layer)
+    maps = question_maps(model, task, image, questions, layer)
     out = Path(sys.argv[2]).with_name(f"attention-layer{layer}.png")
     plot_question_attention(picture, questions, answers, maps, out,
                             title=f"attention of the answer's first token over the picture, layer {layer}")
@@ -111,8 +113,6 @@ def measure(seed: int, workdir: Path, machine: Machine, options: dict) -> dict:
     trained = python(TRAIN, str(run_dir), str(seed), json.dumps(options))
     evaluated = json.loads(tokformer("evaluate", str(run_dir), "--json", "--quiet").splitlines()[-1])
     attention = python(ATTENTION, str(run_dir), str(ATTENTION_EXAMPLES))
-    if seed == 0 and not options:  # the docs' figure (of the defaults): one picture, four questions, every layer
-        python(FIGURE_SCRIPT, str(run_dir), str(FIGURE), *FIGURE_QUESTIONS)
     config = json.loads((run_dir / "config.json").read_text())
     train_cfg = config["train"]
     examples = trained["step"] * train_cfg["batch_size"]
@@ -205,6 +205,8 @@ def main() -> None:
                 with jsonl.open("a", encoding="utf-8") as out:
                     out.write(json.dumps(row) + "\n")
                 print(f"seed {seed}: exact {row['metrics']['exact']:.3f} in {row['train_seconds']:.0f} s", flush=True)
+                if seed == args.seeds[0] and row["options"] == {}:  # the docs' figure: one picture, four questions
+                    python(FIGURE_SCRIPT, str(Path(workdir) / f"seed{seed}"), str(FIGURE), *FIGURE_QUESTIONS)
     write_results(f"{args.out}.md", render(read_jsonl(jsonl)))
 
 

@@ -12,6 +12,7 @@ under the model's own mask (prefix-LM, padding), as the birds experiment does
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def plot_question_attention(image: np.ndarray, questions: Sequence[str], answers
         ax.imshow(image)
         size = image.shape[0]
         ax.imshow(grid, cmap="magma", alpha=0.6, extent=(0, size, size, 0), interpolation="nearest")
-        ax.set_title(f"{question}\n-> {answer or '(nothing)'}", fontsize=8)
+        ax.set_title(f"{textwrap.fill(question, 30)}\n-> {answer or '(nothing)'}", fontsize=8)
     for ax in axes:
         ax.set_xticks([])
         ax.set_yticks([])
