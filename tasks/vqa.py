@@ -33,9 +33,8 @@ from torch.utils.data import Dataset
 
 from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
-from tokformer.engine import TOKENIZER_DIR, Dist, Predictor, StepOutput, Task, help_text, load, register_task
+from tokformer.engine import TOKENIZER_DIR, Dist, Predictor, StepOutput, Task, barrier, help_text, load, register_task
 from tokformer.errors import ConfigError, DataError
-from tokformer.runtime.distributed import barrier
 from tokformer.sampling import SamplingConfig
 from tokformer.tasks import vqa_data
 from tokformer.tokenizers.bpe import BPETokenizer

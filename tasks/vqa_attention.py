@@ -112,7 +112,7 @@ def attention_figure(source: str | os.PathLike, image: str | os.PathLike, questi
                      device: str = "cpu") -> Path:
     """``tokformer vqa attention``: the figure of :func:`plot_question_attention` for one image file
     and several questions, asked of the vqa model of ``source`` (a run directory or model folder)."""
-    from tokformer.store.loader import load
+    from tokformer.engine import load
     from tokformer.tokenizers.image import open_image
 
     out = Path(out)
