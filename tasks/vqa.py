@@ -212,7 +212,7 @@ class VQATask(Task):
         if self.text is None:
             c = self.config
             texts = [t for e in self.train_dataset().examples for t in (e.question, e.answer) if t]
-            self.text = BPETokenizer.train(texts, c.vocab_size, special_tokens=[BOS, EOS, PAD],
+            self.text = BPETokenizer.train(texts, c.vocab_size, special_tokens=[BOS, EOS, PAD], pad_token=PAD,
                                            max_length=max(c.max_question_tokens, c.max_answer_tokens + 1))
         return self.text
 
@@ -227,8 +227,9 @@ class VQATask(Task):
         image, text = load_tokenizer(run_dir / TOKENIZER_DIR), load_tokenizer(run_dir / TEXT_DIR)
         if not isinstance(image, ImagePatchTokenizer):
             raise DataError(f"{run_dir / TOKENIZER_DIR} is not an image tokenizer")
-        if not isinstance(text, BPETokenizer) or not {BOS, EOS, PAD} <= set(text.special_tokens):
-            raise DataError(f"{run_dir / TEXT_DIR} is not a BPE tokenizer with {BOS}, {EOS} and {PAD}")
+        if not isinstance(text, BPETokenizer) or not {BOS, EOS, PAD} <= set(text.special_tokens) \
+                or text.pad_token != PAD:
+            raise DataError(f"{run_dir / TEXT_DIR} is not a BPE tokenizer with {BOS}, {EOS} and {PAD} padding")
         self.image_tokenizer, self.text = image, text
 
     # -- batches, model, loss ------------------------------------------------------------------
@@ -253,9 +254,7 @@ class VQATask(Task):
 
     def _questions(self, questions: Sequence[str]) -> TokenBatch:
         text = self.text_tokenizer()
-        batch = text.batch(list(questions), max_length=self.config.max_question_tokens, truncation=True)
-        batch.ids = batch.ids.masked_fill(~batch.mask, text.special_tokens[PAD])
-        return batch
+        return text.batch(list(questions), max_length=self.config.max_question_tokens, truncation=True)
 
     def build_model(self) -> VisionLanguageModel:
         c = self.config

@@ -93,7 +93,8 @@ def _vqa() -> tuple[Task, Callable[[Task], tuple]]:
 
     task = VQATask(VQAConfig(n_layers=1, image_size=16, patch_size=4, vocab_size=270, tokenizer="linear", **SMALL))
     task.text = BPETokenizer.train(["how many birds are there?", "two birds", "yes"], 270,
-                                   special_tokens=[vqa.BOS, vqa.EOS, vqa.PAD], max_length=32)
+                                   special_tokens=[vqa.BOS, vqa.EOS, vqa.PAD], pad_token=vqa.PAD,
+                                   max_length=32)
 
     def other(t: VQATask) -> tuple:
         images = torch.randint(0, 256, (3, 3, 16, 16), dtype=torch.uint8)
