@@ -41,7 +41,7 @@ from tokformer.engine.signals import stop_on_signals
 from tokformer.engine.watch import DEFAULT_PATIENCE, Watch
 from tokformer.errors import CheckpointError, ConfigError, DataError, TrainingError
 from tokformer.runtime.config import RunConfig, TrainConfig
-from tokformer.runtime.distributed import Dist, all_sum, gather
+from tokformer.runtime.distributed import Dist, all_sum, barrier, gather
 from tokformer.runtime.task import Task
 from tokformer.store import checkpoints
 from tokformer.store.atomic import write_json_atomic
@@ -162,8 +162,12 @@ class Trainer:
         if d.is_main:
             for warning in budget_warnings(tc, d.device):
                 log.warning(warning)
-        if d.is_main and not self.resume:
-            task.save_assets(self.run_dir)
+        if not self.resume:
+            # the others may still be reading in setup what rank 0 wrote there: all meet before rank 0
+            # writes it again (a tokenizer file rewritten while rank 1 read it was empty there)
+            barrier(d)
+            if d.is_main:
+                task.save_assets(self.run_dir)
         # recorded in every checkpoint, so loading can refuse a tokenizer swapped in later (rank 0 saves)
         self.tokenizer_hash = (checkpoints.tokenizer_fingerprint(self.run_dir, task.tokenizer_dirs()) if d.is_main
                                else None)
