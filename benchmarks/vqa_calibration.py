@@ -31,13 +31,13 @@ from tokformer.tasks.vqa_data import QUESTION_TYPES, bird_questions
 
 JSONL = RESULTS / "vqa_calibration.jsonl"
 VAL_SIZE = 2000
-CANDIDATES: dict[str, dict] = {  # each 3-8 minutes on 2 cores
-    "local-d64-l2-3k": dict(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200),
-    "linear-d64-l2-4k": dict(steps=4000, batch_size=32, lr=2e-3, warmup_steps=200, tokenizer="linear"),
-    # a 600-step probe of counting alone: 16 px patches (a bird per patch, 16 tokens) with the local CNN
-    # reached 0.82, the 8 px linear patches 0.40 (the first two rows: the picture barely learnt)
-    "local-p16-3k": dict(steps=3000, batch_size=32, lr=1e-3, warmup_steps=200, patch_size=16),
-    "local-p16-3k-lr2e-3": dict(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200, patch_size=16),  # not run yet
+CANDIDATES: dict[str, dict] = {  # each about 8 minutes on 2 cores
+    # 16 px patches: a bird (about 23 px wide, jittered about its quadrant's centre) falls across
+    # its quadrant's four patches; 32 px patches: one token per quadrant, the whole bird in it
+    "local-p16-lr1e-3": dict(steps=3000, batch_size=32, lr=1e-3, warmup_steps=200, patch_size=16),
+    "local-p16-lr2e-3": dict(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200, patch_size=16),
+    "local-p32-lr1e-3": dict(steps=3000, batch_size=32, lr=1e-3, warmup_steps=200, patch_size=32),
+    "local-p32-lr2e-3": dict(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200, patch_size=32),
 }
 
 
@@ -77,9 +77,10 @@ def main() -> None:
         for name in args.only:
             start = time.perf_counter()
             run = Path(workdir) / name
-            train("vqa", run_dir=str(run), seed=args.seed, quiet=True, **CANDIDATES[name])
+            result = train("vqa", run_dir=str(run), seed=args.seed, quiet=True, **CANDIDATES[name])
             seconds = time.perf_counter() - start
             row = {"name": name, "options": CANDIDATES[name], "seed": args.seed, "seconds": round(seconds, 1),
+                   "steps_trained": result.step,
                    "val": validate(run, args.seed), "machine": machine.line("2 torch threads")}
             with JSONL.open("a", encoding="utf-8") as out:
                 out.write(json.dumps(row) + "\n")

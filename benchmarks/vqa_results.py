@@ -7,7 +7,7 @@ beside the question-only and most-frequent baselines); and, on the same held-out
 attention of the answer's first token on the asked-about birds against their token share, per
 layer (the best head, and the heads' mean). Then the issue's targets, each met or missed.
 
-    python benchmarks/vqa_results.py                # seeds 0 1 2 (about 30 minutes on 2 cores); run alone
+    python benchmarks/vqa_results.py                # seeds 0 1 2, image-only seed 0 (about 40 minutes on 2 cores); alone
     python benchmarks/vqa_results.py --report       # re-render vqa.md from vqa.jsonl
 
 Appends one row per seed to ``benchmarks/results/vqa.jsonl`` and renders ``vqa.md`` from all of
@@ -127,6 +127,14 @@ def measure(seed: int, workdir: Path, machine: Machine, options: dict) -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
+def image_only(seed: int, workdir: Path, options: dict) -> dict:
+    """The image-only baseline: the same model, data and budget, trained and evaluated without the
+    questions (``use_question`` off); its exact match, overall and per question type."""
+    run_dir = workdir / f"seed{seed}-image-only"
+    python(TRAIN, str(run_dir), str(seed), json.dumps({**options, "use_question": False}))
+    return json.loads(tokformer("evaluate", str(run_dir), "--json", "--quiet").splitlines()[-1])["metrics"]
+
+
 def mean(rows: list[dict], get) -> float:
     return float(np.mean([get(r) for r in rows]))
 
@@ -141,6 +149,7 @@ def render(rows: list[dict]) -> str:
     chosen = json.loads(options.pop())
     cell = lambda get, digits=3: over_seeds([get(r) for r in rows], digits)  # noqa: E731
     metric = lambda name: (lambda r: r["metrics"][name])  # noqa: E731
+    pictured = [r for r in rows if "image_only" in r]
     table = markdown_table(["measure", f"mean ± sample std (per seed: {seeds})"], [
         ["exact match, all held-out questions", cell(metric("exact"))],
         *[[f"exact match, {kind}", cell(metric(f"exact_{kind}"))] for kind in TYPES],
@@ -149,6 +158,10 @@ def render(rows: list[dict]) -> str:
         ["exact match, held-out (type, quadrant) combinations", cell(metric("exact_held_combo"))],
         ["baseline: the question alone", cell(lambda r: r["baselines"][BLIND]["exact"])],
         ["baseline: the most frequent answer", cell(lambda r: r["baselines"]["most frequent answer"]["exact"])],
+        *([[f"baseline: the picture alone (the same model and budget trained without the questions; "
+            f"seed{'s' if len(pictured) > 1 else ''} {', '.join(str(r['seed']) for r in pictured)})",
+            over_seeds([r["image_only"]["exact"] for r in pictured], 3)]] if pictured else []),
+        ["steps trained", cell(lambda r: r["steps"], 0)],
         *[[f"attention on the asked-about bird(s) / their token share, layer {layer} (best head; heads' mean)",
            f"{cell(lambda r, i=layer: r['attention_share_best_head'][i], 2)}; "
            f"{cell(lambda r, i=layer: r['attention_share_mean_head'][i], 2)}"]
@@ -181,7 +194,7 @@ def render(rows: list[dict]) -> str:
     machines = latest_per_process([r["machine"] for r in rows])
     command = "tokformer train vqa" + "".join(f" --{k.replace('_', '-')} {v}" for k, v in chosen.items())
     return (f"# vqa: `{command}`, held-out results\n\n"
-            f"{len(rows)} seeds ({seeds}), {rows[0]['steps']} steps of {rows[0]['batch_size']} examples each "
+            f"{len(rows)} seeds ({seeds}), batches of {rows[0]['batch_size']} examples "
             f"(`python benchmarks/vqa_results.py`); evaluated with `tokformer evaluate RUN --json` on the "
             f"{'held-out'} split; attention over the first {ATTENTION_EXAMPLES} held-out scenes' questions about a "
             f"quadrant or a pair whose bird(s) are there.\n\n{table}\n\n## Targets (issue #28)\n\n{target_table}\n\n"
@@ -191,6 +204,8 @@ def render(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--image-only-seeds", type=int, nargs="*", default=[0],
+                        help="seeds that also train the image-only baseline (about 8 minutes each)")
     parser.add_argument("--report", action="store_true", help="only re-render vqa.md from vqa.jsonl")
     parser.add_argument("--options", default="{}", help='train options other than the defaults, as JSON '
                         '(a smoke run: \'{"steps": 20, "train_size": 200}\' --out vqa-smoke)')
@@ -202,6 +217,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="tokformer-vqa-") as workdir:
             for seed in args.seeds:
                 row = measure(seed, Path(workdir), machine, json.loads(args.options))
+                if seed in args.image_only_seeds:
+                    row["image_only"] = image_only(seed, Path(workdir), json.loads(args.options))
                 with jsonl.open("a", encoding="utf-8") as out:
                     out.write(json.dumps(row) + "\n")
                 print(f"seed {seed}: exact {row['metrics']['exact']:.3f} in {row['train_seconds']:.0f} s", flush=True)

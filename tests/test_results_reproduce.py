@@ -75,3 +75,21 @@ def test_a_vqa_cell_is_the_mean_and_sample_std_of_its_seeds() -> None:
     line = next(x for x in vqa_results.render([run(0, 0.5), run(1, 0.7), run(2, 0.9)]).splitlines()
                 if x.startswith("| exact match, all held-out questions"))
     assert "0.700 ± 0.200 (0.500 / 0.700 / 0.900)" in line  # sample std (ddof 1) of 0.5, 0.7, 0.9 is 0.2
+
+
+def test_the_vqa_table_names_the_image_only_seeds_and_the_steps_each_seed_trained() -> None:
+    """The image-only baseline is a row only over the seeds that trained it (named), and the steps
+    trained are a row of their own: a run stopped early shows, rather than the configured budget."""
+    import vqa_results
+
+    rows = [{"seed": s, "options": {}, "steps": steps, "batch_size": 4, "train_seconds": 1.0, "peak_rss_mb": 1,
+             "examples_per_s": 1.0, "tokens_per_s": 1, "metrics": {"exact": 0.5, **{f"exact_{k}": 0.5 for k in
+             (*vqa_results.TYPES, "seen", "held_phrasing", "held_combo")}},
+             "baselines": {vqa_results.BLIND: {"exact": 0.3}, "most frequent answer": {"exact": 0.2}},
+             "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "machine": "Machine: x; run y"}
+            for s, steps in ((0, 3000), (1, 1800))]
+    lines = vqa_results.render([rows[0] | {"image_only": {"exact": 0.25}}, rows[1]]).splitlines()
+    assert "| baseline: the picture alone (the same model and budget trained without the questions; seed 0) " \
+           "| 0.250 |" in lines
+    assert "| steps trained | 2400 ± 849 (3000 / 1800) |" in lines
+    assert not any("picture alone" in x for x in vqa_results.render(rows).splitlines())

@@ -14,7 +14,9 @@ from PIL import Image
 
 from tokformer.cli import main
 from tokformer.engine import train
+from tokformer.errors import ConfigError
 from tokformer.store.loader import load
+from tokformer.tasks import vqa
 from tokformer.tasks.vqa import BOS, EOS, IGNORE, PAD, Example, Examples, VQAConfig, VQATask
 from tokformer.tasks.vqa_data import QUESTION_TYPES, bird_questions
 
@@ -89,6 +91,20 @@ def test_the_question_only_baseline_answers_from_the_training_answers() -> None:
     assert result["most frequent answer"]["exact"] == 2 / 4  # a, for everything
 
 
+def test_builtin_examples_are_drawn_chunk_by_chunk_from_the_generators_streams(monkeypatch) -> None:
+    """The training set is drawn a chunk at a time (the whole set at once peaked at 4.4 GB), chunk
+    ``k`` being the generator's stream ``k``: the same examples as asking for each chunk alone."""
+    monkeypatch.setattr(vqa, "SCENES_PER_CHUNK", 5)
+    examples = vqa.builtin_examples(12, seed=3, split="train", size=32)
+    parts = [bird_questions(m, seed=3, split="train", size=32, chunk=k) for k, m in enumerate((5, 5, 2))]
+    assert len(examples) == 12
+    assert [e.question for e in examples] == [q for part in parts for q in part.questions]
+    assert [e.answer for e in examples] == [a for part in parts for a in part.answers]
+    pictures = np.concatenate([part.scenes.images for part in parts])  # [12, H, W, 3]
+    for example, picture in zip(examples, pictures, strict=True):
+        assert torch.equal(example.image.permute(1, 2, 0), torch.from_numpy(picture))
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("vqa") / "run"
@@ -131,6 +147,26 @@ def test_prompt_is_refused_by_a_model_without_questions(tmp_path) -> None:
     result = CliRunner().invoke(main, ["predict", str(tmp_path / "sort"), "312", "--prompt", "why?"])
     assert result.exit_code == 2 and "--prompt does not apply to this model" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_image_only_baseline_never_sees_the_question() -> None:
+    """``use_question=False``: the prompt is all padding whatever was asked, so two questions about
+    one picture get the same logits; asking such a model something is refused, not ignored."""
+    task = tiny_task(use_question=False)
+    model = task.build_model().eval()
+    image = torch.from_numpy(bird_questions(1, seed=4, split="sample", size=32).scenes.images[0]).permute(2, 0, 1)
+    batches = [task.collate([Example(image, q, "two")], train=False)
+               for q in ("how many birds are there?", "is there a bird at the top left?")]
+    assert not batches[0]["prompt"].mask.any()
+    with torch.no_grad():
+        first, second = (model(b["image"], b["prompt"], b["answer"]) for b in batches)
+    assert torch.equal(first, second)
+    asking = tiny_task()
+    asked = asking.collate([Example(image, "how many birds are there?", "two")], train=False)
+    assert asked["prompt"].mask.any()  # with the default, the question is there
+    assert len(task.predict(model, [image])) == 1
+    with pytest.raises(ConfigError, match="trained without questions"):
+        task.predict(model, [image], prompt="how many birds are there?")
 
 
 def test_a_jsonl_folder_trains_and_evaluates(tmp_path) -> None:

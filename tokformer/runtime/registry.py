@@ -11,6 +11,7 @@ the ``tokformer.tasks`` entry-point group, e.g. in their pyproject.toml::
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import pkgutil
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from tokformer.runtime.task import Task
 
 ENTRY_POINT_GROUP = "tokformer.tasks"
 _TASKS: dict[str, type[Task]] = {}
+#: Task attributes the engine reads as values: a subclass must keep them properties.
+_PROPERTIES = ("user_data",)
 _log = logging.getLogger(__name__)
 
 
@@ -31,6 +34,9 @@ def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
     def decorate(cls: type[Task]) -> type[Task]:
         if not hasattr(cls, "Config"):
             raise TypeError(f"task '{name}' ({cls.__qualname__}) must set a Config dataclass")
+        for attribute in _PROPERTIES:  # a plain method would be truthy wherever the engine reads it
+            if not isinstance(inspect.getattr_static(cls, attribute), property):
+                raise TypeError(f"task '{name}' ({cls.__qualname__}) must define {attribute} as a @property")
         return plugins.register(_TASKS, "task", name, cls)
 
     return decorate
