@@ -1,13 +1,14 @@
 """The vqa task's results: ``tokformer train vqa`` with its defaults, one run per seed, measured.
 
 Per seed: the train command's wall time and peak memory (its own process), examples and tokens
-per second; ``tokformer evaluate RUN --json`` on the held-out split (exact match overall, per
+per second; ``tokformer evaluate RUN --checkpoint latest --json`` on the held-out split (the last
+checkpoint: the run's "best" one is chosen on this very split) (exact match overall, per
 question type, on the held-out phrasings and (type, quadrant) combinations and on the rest,
 beside the question-only and most-frequent baselines); and, on the same held-out scenes, the
 attention of the answer's first token on the asked-about birds against their token share, per
 layer (the best head, and the heads' mean). Then the issue's targets, each met or missed.
 
-    python benchmarks/vqa_results.py                # seeds 0 1 2, image-only seed 0 (about 40 minutes on 2 cores); alone
+    python benchmarks/vqa_results.py                # seeds 0 1 2 + image-only seed 0: about 40 min, alone
     python benchmarks/vqa_results.py --report       # re-render vqa.md from vqa.jsonl
 
 Appends one row per seed to ``benchmarks/results/vqa.jsonl`` and renders ``vqa.md`` from all of
@@ -52,7 +53,7 @@ import numpy as np
 from tokformer.store.loader import load
 from tokformer.tasks.vqa_attention import answer_attention, asked_bird_share
 from tokformer.tasks.vqa_data import bird_questions
-predictor = load(sys.argv[1])
+predictor = load(sys.argv[1], checkpoint="latest")
 task, model, n = predictor.task, predictor.model, int(sys.argv[2])
 c = task.config
 data = bird_questions(n, c.data_seed, "test", size=c.image_size)  # the evaluation split's first n scenes
@@ -77,7 +78,7 @@ import torch
 from tokformer.store.loader import load
 from tokformer.tasks.vqa_attention import plot_question_attention, question_maps
 from tokformer.tasks.vqa_data import bird_questions
-predictor = load(sys.argv[1])
+predictor = load(sys.argv[1], checkpoint="latest")
 task, model = predictor.task, predictor.model
 data = bird_questions(64, 2026, "sample", size=task.config.image_size)
 counts = np.bincount(data.scenes.bird_image, minlength=64)
@@ -108,10 +109,17 @@ def tokformer(*args: str) -> str:
     return done.stdout
 
 
+def evaluate_latest(run_dir: Path) -> dict:
+    """``tokformer evaluate RUN --checkpoint latest --json``: the last checkpoint, since the run's best
+    one is chosen on the very split evaluated here."""
+    out = tokformer("evaluate", str(run_dir), "--checkpoint", "latest", "--json", "--quiet")
+    return json.loads(out.splitlines()[-1])
+
+
 def measure(seed: int, workdir: Path, machine: Machine, options: dict) -> dict:
     run_dir = workdir / f"seed{seed}"
     trained = python(TRAIN, str(run_dir), str(seed), json.dumps(options))
-    evaluated = json.loads(tokformer("evaluate", str(run_dir), "--json", "--quiet").splitlines()[-1])
+    evaluated = evaluate_latest(run_dir)
     attention = python(ATTENTION, str(run_dir), str(ATTENTION_EXAMPLES))
     config = json.loads((run_dir / "config.json").read_text())
     train_cfg = config["train"]
@@ -132,7 +140,7 @@ def image_only(seed: int, workdir: Path, options: dict) -> dict:
     questions (``use_question`` off); its exact match, overall and per question type."""
     run_dir = workdir / f"seed{seed}-image-only"
     python(TRAIN, str(run_dir), str(seed), json.dumps({**options, "use_question": False}))
-    return json.loads(tokformer("evaluate", str(run_dir), "--json", "--quiet").splitlines()[-1])["metrics"]
+    return evaluate_latest(run_dir)["metrics"]
 
 
 def mean(rows: list[dict], get) -> float:
@@ -195,8 +203,9 @@ def render(rows: list[dict]) -> str:
     command = "tokformer train vqa" + "".join(f" --{k.replace('_', '-')} {v}" for k, v in chosen.items())
     return (f"# vqa: `{command}`, held-out results\n\n"
             f"{len(rows)} seeds ({seeds}), batches of {rows[0]['batch_size']} examples "
-            f"(`python benchmarks/vqa_results.py`); evaluated with `tokformer evaluate RUN --json` on the "
-            f"{'held-out'} split; attention over the first {ATTENTION_EXAMPLES} held-out scenes' questions about a "
+            f"(`python benchmarks/vqa_results.py`); the last checkpoint evaluated with `tokformer evaluate RUN "
+            f"--checkpoint latest --json` on the held-out split (the run's best checkpoint is chosen on that "
+            f"split); attention over the first {ATTENTION_EXAMPLES} held-out scenes' questions about a "
             f"quadrant or a pair whose bird(s) are there.\n\n{table}\n\n## Targets (issue #28)\n\n{target_table}\n\n"
             + "\n".join(machines) + "\n")
 

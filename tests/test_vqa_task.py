@@ -5,6 +5,7 @@ library, the CLI and a reloaded run."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,9 +170,9 @@ def test_the_image_only_baseline_never_sees_the_question() -> None:
         task.predict(model, [image], prompt="how many birds are there?")
 
 
-def test_a_jsonl_folder_trains_and_evaluates(tmp_path) -> None:
+def colour_folder(folder: Path) -> list[str]:
+    """24 red or blue pictures with a question about their colour (a third with none); its lines."""
     rng = np.random.default_rng(0)
-    folder = tmp_path / "data"
     (folder / "img").mkdir(parents=True)
     lines = []
     for i in range(24):
@@ -182,6 +183,26 @@ def test_a_jsonl_folder_trains_and_evaluates(tmp_path) -> None:
         question = "what colour is it?" if i % 3 else ""
         lines.append(json.dumps({"image": f"img/{i}.png", "question": question, "answer": colour}))
     (folder / "data.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return lines
+
+
+@pytest.mark.parametrize(("data", "stops_at"), [("folder", 8), ("birds", 20)])
+def test_early_stopping_is_on_for_the_users_data_only(tmp_path, data, stops_at) -> None:
+    """A learning rate too small to change any answer: on the user's folder the run stops after 3
+    evaluations without a better exact match (steps 4, 6, 8 after the best at 2); the built-in data
+    train their whole budget."""
+    if data == "folder":
+        colour_folder(tmp_path / "data")
+        data = str(tmp_path / "data")
+    result = train("vqa", run_dir=str(tmp_path / "run"), data=data, steps=20, warmup_steps=1, lr=1e-12,
+                   batch_size=8, eval_every=2, quiet=True, **TINY)
+    assert result.step == stops_at
+    assert result.stopped_early is (stops_at < 20)
+
+
+def test_a_jsonl_folder_trains_and_evaluates(tmp_path) -> None:
+    folder = tmp_path / "data"
+    lines = colour_folder(folder)
     out = tmp_path / "run"
     result = train("vqa", run_dir=str(out), data=str(folder), steps=40, warmup_steps=5, batch_size=8, eval_every=40,
                    quiet=True, val_fraction=0.25, **TINY)
@@ -231,10 +252,10 @@ def test_a_bad_data_folder_is_one_line_from_the_cli(tmp_path) -> None:
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.slow
-def test_two_processes_train_with_one_tokenizer_learnt_by_rank_0(tmp_path) -> None:
-    """DDP under torchrun (gloo): rank 0 learns and saves the text tokenizer, rank 1 loads it; the run
-    ends with a checkpoint that loads and answers."""
+@pytest.fixture(scope="module")
+def two_process_runs(tmp_path_factory) -> dict[str, Path]:
+    """8 deterministic steps of vqa under torchrun (gloo, 2 processes), once per strategy, each
+    rank logging its BPE training into ``bpe-RANK.txt`` beside the run."""
     import os
     import subprocess
     import sys
@@ -244,29 +265,54 @@ def test_two_processes_train_with_one_tokenizer_learnt_by_rank_0(tmp_path) -> No
 
     if not dist.is_gloo_available():
         pytest.skip("needs the gloo backend")
-    script = tmp_path / "run_vqa.py"
-    script.write_text(textwrap.dedent(f"""
-        import os
-        from pathlib import Path
-        from tokformer.engine import train
-        from tokformer.tokenizers.bpe import BPETokenizer
+    runs = {}
+    for strategy in ("ddp", "fsdp"):
+        folder = tmp_path_factory.mktemp(strategy)
+        script = folder / "run_vqa.py"
+        script.write_text(textwrap.dedent(f"""
+            import os
+            from pathlib import Path
+            from tokformer.engine import train
+            from tokformer.tokenizers.bpe import BPETokenizer
 
-        log = Path({str(tmp_path)!r}) / f"bpe-{{os.environ['RANK']}}.txt"
-        real = BPETokenizer.train.__func__
+            log = Path({str(folder)!r}) / f"bpe-{{os.environ['RANK']}}.txt"
+            real = BPETokenizer.train.__func__
 
-        def counting(cls, *args, **kwargs):
-            log.open("a").write("bpe\\n")
-            return real(cls, *args, **kwargs)
+            def counting(cls, *args, **kwargs):
+                log.open("a").write("bpe\\n")
+                return real(cls, *args, **kwargs)
 
-        BPETokenizer.train = classmethod(counting)
-        train("vqa", run_dir={str(tmp_path / "run")!r}, steps=4, warmup_steps=1, batch_size=8, eval_every=4,
-              device="cpu", quiet=True, **{TINY!r})
-    """))
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(script)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "bpe-0.txt").read_text().split() == ["bpe"]
-    assert not (tmp_path / "bpe-1.txt").exists(), "rank 1 learnt its own tokenizer"
+            BPETokenizer.train = classmethod(counting)
+            train("vqa", run_dir={str(folder / "run")!r}, steps=8, warmup_steps=1, batch_size=8, eval_every=8,
+                  log_every=1, device="cpu", deterministic=True, strategy={strategy!r}, quiet=True, **{TINY!r})
+        """))
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                               "2", str(script)], capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[strategy] = folder
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_processes_train_with_one_tokenizer_learnt_by_rank_0(two_process_runs, strategy) -> None:
+    """DDP and FSDP under torchrun: rank 0 learns and saves the text tokenizer, rank 1 loads it; the
+    run ends with a checkpoint that loads and answers."""
+    folder = two_process_runs[strategy]
+    assert (folder / "bpe-0.txt").read_text().split() == ["bpe"]
+    assert not (folder / "bpe-1.txt").exists(), "rank 1 learnt its own tokenizer"
     picture = torch.zeros(3, 32, 32, dtype=torch.uint8)
-    assert isinstance(load(tmp_path / "run")([picture], prompt="how many birds are there?")[0], str)
+    assert isinstance(load(folder / "run")([picture], prompt="how many birds are there?")[0], str)
+
+
+@pytest.mark.slow
+def test_fsdp_trains_vqa_as_ddp_does(two_process_runs) -> None:
+    """The same global batches: FSDP's losses are DDP's, step by step, up to summation order."""
+    losses = {}
+    for strategy, folder in two_process_runs.items():
+        records = [json.loads(line) for line in (folder / "run" / "metrics.jsonl").read_text().splitlines()]
+        losses[strategy] = {r["step"]: r["loss"] for r in records if r["split"] == "train"}
+    assert sorted(losses["fsdp"]) == list(range(1, 9))
+    for step, loss in losses["ddp"].items():
+        assert losses["fsdp"][step] == pytest.approx(loss, abs=1e-5), step
