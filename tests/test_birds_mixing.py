@@ -104,6 +104,20 @@ def test_the_encoder_is_trained_once_frozen_and_shared_at_another_size() -> None
                                encoder(images)[0, [0, 1, 4, 5]])  # the same patch, the same token
 
 
+def test_the_shared_tokens_are_standardised_so_the_position_code_is_as_long_as_they_are() -> None:
+    """A frozen encoder's tokens at their trained scale (about 4x the position code's norm) hid where a
+    token was from the attention mixers; standardised, a token and the sin/cos code have norm sqrt(d)."""
+    encoder = PatchEncoder(64)
+    for p in encoder.parameters():  # a scale far from 1 that only standardising removes
+        torch.nn.init.normal_(p, std=0.5)
+    tokens = encoder(torch.rand(2, 3, 64, 64))  # [2, 16, d]
+    torch.testing.assert_close(tokens.mean(dim=-1), torch.zeros(2, 16), atol=1e-5, rtol=0)
+    torch.testing.assert_close(tokens.var(dim=-1, unbiased=False), torch.ones(2, 16), atol=1e-3, rtol=0)
+    positions = build_mixer("attention-1", WIDTH, GRID).positions  # [1, 16, d]
+    torch.testing.assert_close(positions.norm(dim=-1), torch.full((1, 16), WIDTH**0.5 / 2**0.5))
+    assert tokens.norm(dim=-1).div(positions.norm(dim=-1)).max() < 1.5
+
+
 def test_corner_attention_of_an_attention_mixer_is_read_from_the_patch_tokens() -> None:
     """No class token here: with queries and keys zeroed every token attends uniformly (mass = token share),
     and maps that send the top-right bird's tokens to the bottom-left bird's give mass 1 only at offset 0."""

@@ -51,7 +51,15 @@ MIXERS: tuple[str, ...] = ("conv-1", "conv-2", "conv-3", "conv-4", "conv-6", "at
 
 class PatchEncoder(nn.Module):
     """Images ``[B, 3, H, W]`` in [0, 1] -> tokens ``[B, N, d]``, each from its own patch only (no
-    position code: the mixers that need one add it). Trained by :func:`train_encoder`, then frozen."""
+    position code: the mixers that need one add it). Trained by :func:`train_encoder`, then frozen.
+
+    Every token leaves standardised (a layer norm without parameters: zero mean, unit variance over
+    its d features), so a frozen token has norm sqrt(d), the norm of the unit-amplitude sin/cos
+    position code attention adds. Unnormalised, the trained encoder's tokens came out about 4x
+    longer than that code (norm ~25 vs 5.7 at d = 64), nothing trainable could rescale them, and
+    the attention mixers could not tell where a token was: they stayed at chance at every learning
+    rate and budget tried (``benchmarks/results/birds_mixing.md`` says what changed with it).
+    """
 
     def __init__(self, image_size: int = 64, d_model: int = WIDTH) -> None:
         super().__init__()
@@ -61,7 +69,8 @@ class PatchEncoder(nn.Module):
         self.embedder = self.tokenizer.build_embedder(d_model)
 
     def forward(self, images: Tensor) -> Tensor:  # [B, 3, H, W] -> [B, N, d]
-        return self.embedder(self.tokenizer.batch(images))
+        tokens = self.embedder(self.tokenizer.batch(images))
+        return F.layer_norm(tokens, tokens.shape[-1:])
 
 
 def train_encoder(seed: int, steps: int = 300, batch_size: int = 64, image_size: int = 64) -> PatchEncoder:
