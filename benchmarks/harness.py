@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokformer.engine import over_seeds  # noqa: F401  (the scripts' table cell, re-exported)
+
 MIN_REPEATS = 5
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -249,16 +251,6 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def over_seeds(values: Sequence[float], digits: int = 3, unit: str = "") -> str:
-    """One table cell for a metric over seeds: ``mean ± sample std (ddof 1) (each seed)``; ``—`` for none."""
-    if not values:
-        return "—"
-    f = lambda v: f"{v:.{digits}f}{unit}"  # noqa: E731
-    mean = sum(values) / len(values)
-    if len(values) == 1:
-        return f(mean)
-    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
-    return f"{f(mean)} ± {f(std)} ({' / '.join(f(v) for v in values)})"
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from tokformer.engine import over_seeds
 from tokformer.tasks.birds.attention import attention_maps, corner_attention, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, SPECIES, TOP_RIGHT, generate
 from tokformer.tasks.birds.design import VIEWS, bayes_accuracy, oracle_accuracies
@@ -382,15 +383,6 @@ def _second_text(cfg) -> str:
             "their share of the image); models sized for one image size cannot run there.")
 
 
-def _pm(mean: float, std: float, seeds: tuple[float, ...]) -> str:
-    """``mean ± sample std (seed values)``; a single seed is shown alone."""
-    if math.isnan(mean):
-        return "—"
-    if len(seeds) < 2:
-        return f"{mean:.3f}"
-    return f"{mean:.3f} ± {std:.3f} ({' / '.join(f'{a:.3f}' for a in seeds)})"
-
-
 def _acc(value: float) -> str:
     return "—" if math.isnan(value) else f"{value:.3f}"
 
@@ -410,8 +402,8 @@ def results_table(rows: list[ModelRow], second_size: int) -> str:
             other = " cannot run (sized for one image) |" if transfer else \
                 f" {_acc(r.count_second)} / {_acc(r.compare_second)} |"
         lines.append(f"| {r.label} | {r.depth} | {rf} | {100 * r.both_birds:.0f}% | {r.parameters:,} | "
-                     f"{_pm(r.count_mean, r.count_std, r.count_seeds)} | "
-                     f"{_pm(r.compare_mean, r.compare_std, r.compare_seeds)} |{other} "
+                     f"{over_seeds(r.count_seeds)} | "
+                     f"{over_seeds(r.compare_seeds)} |{other} "
                      f"{r.seconds:.0f} |")
     return "\n".join(lines)
 

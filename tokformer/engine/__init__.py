@@ -10,7 +10,7 @@ group collectives, progress, atomic writes). Its modules are internal.
 from tokformer.engine.api import evaluate, train
 from tokformer.engine.optim import build_optimizer, lr_at, set_lr
 from tokformer.engine.progress import LOGGER, progress
-from tokformer.engine.report import Evaluation
+from tokformer.engine.report import Evaluation, over_seeds
 from tokformer.engine.rng import seed_everything
 from tokformer.engine.trainer import RunResult, evaluate_model
 from tokformer.runtime.config import RunConfig, TrainConfig, help_text, resolve_config
@@ -51,6 +51,7 @@ __all__ = [
     "local",
     "lr_at",
     "name_of",
+    "over_seeds",
     "progress",
     "read_json_object",
     "register_task",

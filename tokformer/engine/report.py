@@ -9,6 +9,7 @@ the task (:meth:`tokformer.runtime.task.Task.baselines`); this module only lays 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,3 +53,16 @@ class Evaluation:
 
 def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
+
+
+def over_seeds(values: Sequence[float], digits: int = 3, unit: str = "") -> str:
+    """One table cell for a metric over seeds: ``mean ± sample std (ddof 1) (each seed)``, so a reader
+    sees the spread and every run, not a mean alone; one seed is shown alone, none as ``—``."""
+    if not values:
+        return "—"
+    f = lambda v: f"{v:.{digits}f}{unit}"  # noqa: E731
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f(mean)
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return f"{f(mean)} ± {f(std)} ({' / '.join(f(v) for v in values)})"
