@@ -47,6 +47,7 @@ WARMUPS = (0.05,)
 SEEDS = (0, 1, 2)
 TASKS = ("count", "compare")
 OUT = RESULTS / "birds_calibration"
+BASE_STEPS = BirdsConfig().steps
 
 
 def key(row: dict) -> tuple:
@@ -93,7 +94,8 @@ def choose(rows: list[dict]) -> dict[str, dict]:
     return choice
 
 
-def render(rows: list[dict]) -> str:
+def render(all_rows: list[dict]) -> str:
+    rows = [r for r in all_rows if r["steps"] == BASE_STEPS]  # the choice is made at the sweep's budget
     choice = choose(rows)
     steps = sorted({r["steps"] for r in rows})
     machines = [f"- {line}" for line in latest_per_process([r["machine"] for r in rows])]
@@ -112,8 +114,30 @@ def render(rows: list[dict]) -> str:
                          f"{over_seeds(by_task.get('compare', []))} | {c['score'][(lr, warmup)]:.3f} | {chosen} |")
     lines += ["", "Chosen (the sweep's `CALIBRATED`):", "", "```python",
               "CALIBRATED = {" + ", ".join(f'"{f}": ({c["lr"]:g}, {c["warmup"]:g})' for f, c in choice.items()) + "}",
-              "```", "", "Where they ran (one line per calibration process):", "", *machines]
+              "```", *longer_budgets(all_rows), "", "Where they ran (one line per calibration process):", "",
+              *machines]
     return "\n".join(lines) + "\n"
+
+
+def longer_budgets(rows: list[dict]) -> list[str]:
+    """Runs at other step budgets (``--steps``), beside the base budget's at the same learning rate: whether
+    a family that sits at chance at the sweep's budget escapes with more steps. Not used for the choice."""
+    longer = sorted({(r["family"], r["lr"], r["warmup"]) for r in rows if r["steps"] != BASE_STEPS})
+    if not longer:
+        return []
+    budgets = sorted({r["steps"] for r in rows})
+    lines = ["", "## Longer budgets (validation images; not used for the choice)", "",
+             "| family (model) | lr | warmup | task | " + " | ".join(f"{s:,} steps" for s in budgets) + " |",
+             "|---|---:|---:|---|" + "---:|" * len(budgets)]
+    for family, lr, warmup in longer:
+        mine = sorted((r for r in rows if (r["family"], r["lr"], r["warmup"]) == (family, lr, warmup)),
+                      key=lambda r: r["seed"])
+        label = parse_spec(mine[0]["model"]).label
+        for task in dict.fromkeys(r["task"] for r in mine):
+            cells = [over_seeds([r["val_accuracy"] for r in mine if (r["task"], r["steps"]) == (task, s)])
+                     for s in budgets]
+            lines.append(f"| {label} | {lr:g} | {warmup:g} | {task} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def chosen_json(rows: list[dict]) -> dict[str, dict[str, float]]:
@@ -127,7 +151,8 @@ def main() -> None:
     parser.add_argument("--warmups", nargs="+", type=float, default=list(WARMUPS))
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--steps", type=int, default=BirdsConfig().steps)
+    parser.add_argument("--steps", type=int, default=BASE_STEPS,
+                        help="steps per run; only runs at the sweep's budget choose, others get a table of their own")
     parser.add_argument("--report", action="store_true", help="only write the table from the runs so far")
     args = parser.parse_args()
     log = OUT.with_suffix(".jsonl")
@@ -135,7 +160,8 @@ def main() -> None:
         calibrate(args, log)
     rows = read_jsonl(log)
     OUT.with_suffix(".md").write_text(render(rows))
-    OUT.with_suffix(".json").write_text(json.dumps(chosen_json(rows), indent=2) + "\n")
+    OUT.with_suffix(".json").write_text(json.dumps(chosen_json([r for r in rows if r["steps"] == BASE_STEPS]),
+                                                   indent=2) + "\n")
     print(OUT.with_suffix(".md").read_text())
 
 
