@@ -49,6 +49,44 @@ def test_a_mixing_cell_is_the_mean_and_sample_std_of_its_seeds(monkeypatch) -> N
     assert fc_line(rows + other_budget + other_split) == line  # the main table holds the test runs at its budget
 
 
+def _mixing_row(mixer: str, seed: int, accuracy: float, steps: int, size: int = 64, **extra) -> dict:
+    return {"mixer": mixer, "task": "compare", "seed": seed, "image_size": size, "tokens": (size // 16) ** 2,
+            "accuracy": accuracy, "parameters": 1000, "train_seconds": float(seed + 1), "split": "test",
+            "steps": steps, "lr": birds_mixing.DEFAULT_RUN[1], "machine": "m"} | extra
+
+
+def test_a_learning_curve_cell_is_its_budgets_seeds_and_the_targets_read_the_largest_budget(monkeypatch) -> None:
+    monkeypatch.setattr(birds_mixing, "gap_table", lambda sizes: [])
+    base = birds_mixing.DEFAULT_RUN[0]
+    curve = {"attention-1": ([0.5, 0.5, 0.5], [0.9, 0.95, 1.0]), "matrix-1": ([0.8, 0.8, 0.8], [0.6, 0.7, 0.8]),
+             "fc": ([0.9, 0.9, 0.9], [0.5, 0.6, 0.7])}
+    attention = [[[0.4, 0.1], [0.1, 0.1]]]  # [layer][head] = [mass, share]: the best head 4x, the other 1x
+    rows = [_mixing_row(m, seed, acc, steps, size=96, **({"corner_attention": attention} if "attention" in m else {}))
+            for m, (short, long) in curve.items() for steps, accs in ((base, short), (10 * base, long))
+            for seed, acc in enumerate(accs)]
+    text = birds_mixing.render(rows)
+    line = next(x for x in text.split("## Learning curves")[1].splitlines() if x.startswith("| attention-1 |"))
+    assert line == ("| attention-1 | 1,000 | 0.500 ± 0.000 (0.500 / 0.500 / 0.500) | "
+                    "0.950 ± 0.050 (0.900 / 0.950 / 1.000) | 2 |"), line  # median seconds of 1, 2, 3
+    targets = text.split("## Targets")[1]
+    assert "**met** (best attention mixer attention-1 0.950, best matrix matrix-1 0.700, fc 0.600" in targets
+    assert "(attention-1, 96 px, 3,000 steps): **met** (4.0x" in targets
+    worse = [r | {"accuracy": 0.5} if r["mixer"] == "attention-1" else r for r in rows]
+    assert "on comparison at 96 px, 3,000 steps: **missed**" in birds_mixing.render(worse)
+
+
+def test_attention_heads_are_ranked_within_each_seed_before_averaging(monkeypatch) -> None:
+    """Head 0 of one seed is not head 0 of another: a head that attends 4x in seed 0 and one that does in
+    seed 1 make a 4.0x first-ranked head, not two 2.5x heads."""
+    monkeypatch.setattr(birds_mixing, "gap_table", lambda sizes: [])
+    focused, other = [0.4, 0.1], [0.1, 0.1]  # [mass, share]: 4x and 1x
+    rows = [_mixing_row("attention-1", 0, 0.9, 300, corner_attention=[[focused, other]]),
+            _mixing_row("attention-1", 1, 0.9, 300, corner_attention=[[other, focused]])]
+    line = next(x for x in birds_mixing.render(rows).split("## Where the attention")[1].splitlines()
+                if x.startswith("| attention-1 |"))
+    assert "| 4.0x ± 0.0x (4.0x / 4.0x) | 4.0x / 1.0x |" in line, line
+
+
 def test_the_vqa_results_and_their_docs_are_rendered_from_the_runs() -> None:
     import vqa_results
 
