@@ -217,7 +217,10 @@ def plot_curves(rows: list[dict], path) -> None:
             line, = ax.plot(steps, means, style, marker="o", label=mixer)
             ax.scatter([r["steps"] for r in mine], [r["accuracy"] for r in mine], s=8, color=line.get_color(),
                        alpha=0.5)
+        budgets = sorted({r["steps"] for r in rows})
         ax.set(xscale="log", title=f"{size} px ({(size // PATCH) ** 2} tokens)", xlabel="training steps")
+        ax.set_xticks(budgets, [f"{b:,}" for b in budgets])
+        ax.minorticks_off()
         ax.axhline(0.5, color="grey", lw=0.8)
     axes[0][0].set_ylabel("comparison accuracy (held-out)")
     axes[0][-1].legend(fontsize=7, loc="lower right")
