@@ -9,9 +9,10 @@ import torch
 
 from tokformer.engine import seed_everything
 from tokformer.tasks.birds.attention import bird_tokens, corner_attention
-from tokformer.tasks.birds.data import BOTTOM_LEFT, TOP_RIGHT
+from tokformer.tasks.birds.data import BOTTOM_LEFT, BOTTOM_RIGHT, TOP_LEFT, TOP_RIGHT
 from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, fit, make_split
 from tokformer.tasks.birds.mixing import (
+    DIAGONALS,
     WIDTH,
     EncodedStream,
     MixingModel,
@@ -19,6 +20,7 @@ from tokformer.tasks.birds.mixing import (
     bird_token_gap,
     build_mixer,
     corner_attention_of,
+    diagonal_attention_of,
     encode,
     encoder_at,
     mixing_parameters,
@@ -139,6 +141,26 @@ def test_corner_attention_of_an_attention_mixer_is_read_from_the_patch_tokens() 
         pointed[b, :, torch.as_tensor(queries)[:, None], keys[None, :]] = 1.0 / len(keys)
     np.testing.assert_allclose(corner_attention([pointed], test.meta, indices, 16, first=0)[..., 0], 1.0)
     assert corner_attention([pointed], test.meta, indices, 16, first=1)[..., 0].max() < 1.0
+    other_route = corner_attention([pointed], test.meta, indices, 16, first=0, source=TOP_LEFT, target=BOTTOM_RIGHT)
+    assert other_route[..., 0].max() < 0.5  # the top-left bird's tokens were not pointed anywhere near
+
+
+def test_diagonal_attention_names_every_route_and_finds_the_one_a_map_takes(monkeypatch) -> None:
+    """Maps that send the top-left bird's tokens to the bottom-right bird's: mass 1 on that route only."""
+    test = make_split(BirdsConfig(image_size=64, n_test=6), "compare", seed=0, split="test")
+    model = MixingModel(PatchEncoder(64).eval().requires_grad_(False), "attention-1", n_classes=2).eval()
+    indices = np.arange(len(test.labels))
+    pointed = torch.zeros(len(indices), 4, 16, 16)
+    for b in indices:
+        queries = torch.as_tensor(bird_tokens(test.meta, int(b), TOP_LEFT, 16, first=0))
+        keys = torch.as_tensor(bird_tokens(test.meta, int(b), BOTTOM_RIGHT, 16, first=0))
+        pointed[b, :, queries[:, None], keys[None, :]] = 1.0 / len(keys)
+    monkeypatch.setattr("tokformer.tasks.birds.mixing.attention_maps", lambda *args: [pointed])
+    routes = diagonal_attention_of(model, test)
+    assert list(routes) == list(DIAGONALS)
+    mass = {name: np.array(r)[..., 0] for name, r in routes.items()}  # [layer, head]
+    np.testing.assert_allclose(mass["top-left -> bottom-right"], 1.0, atol=1e-4)
+    assert all(mass[name].max() < 0.5 for name in DIAGONALS if name != "top-left -> bottom-right")
 
 
 def test_training_on_the_cached_tokens_is_training_on_the_images() -> None:

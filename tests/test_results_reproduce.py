@@ -87,6 +87,18 @@ def test_attention_heads_are_ranked_within_each_seed_before_averaging(monkeypatc
     assert "| 4.0x ± 0.0x (4.0x / 4.0x) | 4.0x / 1.0x |" in line, line
 
 
+def test_the_route_table_takes_each_routes_best_head_of_any_layer(monkeypatch) -> None:
+    monkeypatch.setattr(birds_mixing, "gap_table", lambda sizes: [])
+    uniform, focused = [0.1, 0.1], [0.3, 0.1]  # [mass, share]: 1x and 3x
+    routes = {name: [[uniform, uniform], [uniform, focused if "top-left ->" in name else uniform]]
+              for name in birds_mixing.DIAGONALS}  # [layer][head]: 3x in layer 2's second head on one route
+    rows = [_mixing_row("attention-2", seed, 0.9, 300, split="val", diagonal_attention=routes) for seed in (0, 1)]
+    line = next(x for x in birds_mixing.render(rows).split("## Which diagonal")[1].splitlines()
+                if x.startswith("| attention-2 |"))
+    assert line == ("| attention-2 | 64 | val | 0.004 | 300 | 1.0x ± 0.0x (1.0x / 1.0x) | 1.0x ± 0.0x (1.0x / 1.0x) | "
+                    "3.0x ± 0.0x (3.0x / 3.0x) | 1.0x ± 0.0x (1.0x / 1.0x) | 0.900 ± 0.000 (0.900 / 0.900) |"), line
+
+
 def test_the_vqa_results_and_their_docs_are_rendered_from_the_runs() -> None:
     import vqa_results
 

@@ -75,9 +75,10 @@ def _between(probs: Tensor, queries: np.ndarray, keys: np.ndarray) -> Tensor:  #
 
 
 def corner_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray, patch: int,
-                     first: int = 1) -> np.ndarray:
-    """``[layers, heads, 2]``: attention mass from top-right-bird tokens to bottom-left-bird tokens,
-    and the mass a uniform attention would give them, averaged over images ``indices``.
+                     first: int = 1, source: int = TOP_RIGHT, target: int = BOTTOM_LEFT) -> np.ndarray:
+    """``[layers, heads, 2]``: attention mass from the ``source`` bird's tokens to the ``target`` bird's
+    (slots; by default top-right to bottom-left, the compared pair), and the mass a uniform attention
+    would give them, averaged over images ``indices``.
 
     ``maps[l][b]`` must belong to image ``indices[b]``.
     """
@@ -85,8 +86,8 @@ def corner_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray, 
     out = np.zeros((n_layers, n_heads, 2))
     n_tokens = maps[0].shape[-1]
     for b, index in enumerate(indices):
-        queries = bird_tokens(meta, int(index), TOP_RIGHT, patch, first)
-        keys = bird_tokens(meta, int(index), BOTTOM_LEFT, patch, first)
+        queries = bird_tokens(meta, int(index), source, patch, first)
+        keys = bird_tokens(meta, int(index), target, patch, first)
         for layer, probs in enumerate(maps):
             mass = _between(probs[b], queries, keys).sum(dim=-1).mean(dim=-1)  # [heads]
             out[layer, :, 0] += mass.numpy()

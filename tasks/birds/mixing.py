@@ -37,7 +37,16 @@ from tokformer.config import TransformerConfig
 from tokformer.engine import TrainConfig, build_optimizer, lr_at, seed_everything, set_lr
 from tokformer.positional import SinCos2DPositions
 from tokformer.tasks.birds.attention import attention_maps, box_cells, corner_attention
-from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, N_SPECIES, TOP_RIGHT, BirdImages, generate
+from tokformer.tasks.birds.data import (
+    BOTTOM_LEFT,
+    BOTTOM_RIGHT,
+    N_CLASSES,
+    N_SPECIES,
+    TOP_LEFT,
+    TOP_RIGHT,
+    BirdImages,
+    generate,
+)
 from tokformer.tasks.birds.experiment import BirdsConfig, SplitTensors, TrainStream, batched_accuracy, fit
 from tokformer.tasks.birds.models import PIXEL_MEAN, PIXEL_STD, READOUT_HIDDEN, TokenMixingBlock
 from tokformer.tokenizers.image import grid_positions
@@ -270,6 +279,22 @@ def corner_attention_of(model: MixingModel, test: SplitTensors, n_images: int = 
     indices = np.arange(min(n_images, len(test.labels)))
     maps = attention_maps(model, test.images[indices].float() / 255, model.mixer.encoder.blocks)
     return corner_attention(maps, test.meta, indices, PATCH, first=0).round(4).tolist()
+
+
+DIAGONALS: dict[str, tuple[int, int]] = {  # directed pairs of diagonal slots: either diagonal answers "same"
+    "top-right -> bottom-left": (TOP_RIGHT, BOTTOM_LEFT), "bottom-left -> top-right": (BOTTOM_LEFT, TOP_RIGHT),
+    "top-left -> bottom-right": (TOP_LEFT, BOTTOM_RIGHT), "bottom-right -> top-left": (BOTTOM_RIGHT, TOP_LEFT),
+}
+
+
+def diagonal_attention_of(model: MixingModel, test: SplitTensors, n_images: int = 200) -> dict[str, list]:
+    """Per directed diagonal pair (:data:`DIAGONALS`): ``[layer][head] = [mass, share]`` as
+    :func:`corner_attention_of`. In the twins scene one diagonal holds the twin pair, so a model may
+    compare either diagonal, in either direction: the compared pair's is one route of four."""
+    indices = np.arange(min(n_images, len(test.labels)))
+    maps = attention_maps(model, test.images[indices].float() / 255, model.mixer.encoder.blocks)
+    return {name: corner_attention(maps, test.meta, indices, PATCH, first=0, source=source, target=target)
+            .round(4).tolist() for name, (source, target) in DIAGONALS.items()}
 
 
 def bird_token_gap(meta: BirdImages, index: int, patch: int = PATCH) -> int:
