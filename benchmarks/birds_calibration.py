@@ -23,6 +23,7 @@ scene, a fixed training set) is kept as it was in ``docs/birds/calibration.md``;
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ import torch
 from harness import RESULTS, Machine, latest_per_process, over_seeds, read_jsonl
 
 from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, make_split, train_model
-from tokformer.tasks.birds.models import parse_spec
+from tokformer.tasks.birds.models import TOKEN_NORMS, parse_spec
 
 FAMILIES: dict[str, str] = {  # family -> the model that stands for it (the sweep's middle depth)
     "pool": "pool-d4",
@@ -50,8 +51,30 @@ OUT = RESULTS / "birds_calibration"
 BASE_STEPS = BirdsConfig().steps
 
 
+TOKEN_NORM = BirdsConfig().token_norm
+
+
 def key(row: dict) -> tuple:
-    return row["model"], row["task"], row["seed"], row["lr"], row["warmup"], row["steps"]
+    return row["model"], row["task"], row["seed"], row["lr"], row["warmup"], row["steps"], token_norm(row)
+
+
+# Rows written while the option was a flag: True was a LayerNorm with a learned gain (run 2026-12-02 20:16-20:47
+# UTC), False (and rows from before the option) the projection's output as it was.
+_FLAG_RUNS = {True: "affine", False: "none"}
+
+
+def token_norm(row: dict) -> str | None:
+    """What a token model's run did to its patch embeddings (``BirdsConfig.token_norm``); None for the models
+    without tokens, which the option does not touch."""
+    if not parse_spec(row["model"]).tokens:
+        return None
+    norm = row.get("token_norm", "none")
+    return _FLAG_RUNS[norm] if isinstance(norm, bool) else norm
+
+
+def current(row: dict) -> bool:
+    """Whether a row was run as the sweep runs now: at its budget and with its tokens."""
+    return row["steps"] == BASE_STEPS and token_norm(row) in (None, TOKEN_NORM)
 
 
 def calibrate(args: argparse.Namespace, log: Path) -> None:
@@ -64,20 +87,21 @@ def calibrate(args: argparse.Namespace, log: Path) -> None:
             stream, val = TrainStream(base, task, seed), make_split(base, task, seed, "val")
             for family in args.families:
                 model = FAMILIES[family]
-                for lr in args.lrs:
-                    for warmup in args.warmups:
-                        row = dict(family=family, model=model, task=task, seed=seed, lr=lr, warmup=warmup,
-                                   steps=args.steps)
-                        if key(row) in done:
-                            continue
-                        cfg = BirdsConfig(steps=args.steps, lr=lr, warmup=warmup, per_family={})
-                        trained, seconds = train_model(model, task, stream, cfg, seed, torch.device("cpu"))
-                        row |= dict(val_accuracy=accuracy(trained, val, torch.device("cpu")),
-                                    seconds=round(seconds, 1), machine=machine.line(threads),
-                                    time=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-                        print(json.dumps(row), flush=True)
-                        with log.open("a") as f:
-                            f.write(json.dumps(row) + "\n")
+                norms = args.token_norms if parse_spec(model).tokens else [None]  # None: the option does not apply
+                for lr, warmup, norm in itertools.product(args.lrs, args.warmups, norms):
+                    row = dict(family=family, model=model, task=task, seed=seed, lr=lr, warmup=warmup,
+                               steps=args.steps) | ({} if norm is None else {"token_norm": norm})
+                    if key(row) in done:
+                        continue
+                    cfg = BirdsConfig(steps=args.steps, lr=lr, warmup=warmup, per_family={},
+                                      token_norm=TOKEN_NORM if norm is None else norm)
+                    trained, seconds = train_model(model, task, stream, cfg, seed, torch.device("cpu"))
+                    row |= dict(val_accuracy=accuracy(trained, val, torch.device("cpu")),
+                                seconds=round(seconds, 1), machine=machine.line(threads),
+                                time=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+                    print(json.dumps(row), flush=True)
+                    with log.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
 
 
 def choose(rows: list[dict]) -> dict[str, dict]:
@@ -95,7 +119,7 @@ def choose(rows: list[dict]) -> dict[str, dict]:
 
 
 def render(all_rows: list[dict]) -> str:
-    rows = [r for r in all_rows if r["steps"] == BASE_STEPS]  # the choice is made at the sweep's budget
+    rows = [r for r in all_rows if current(r)]  # the choice is made at the sweep's budget, with its tokens
     choice = choose(rows)
     steps = sorted({r["steps"] for r in rows})
     machines = [f"- {line}" for line in latest_per_process([r["machine"] for r in rows])]
@@ -103,7 +127,11 @@ def render(all_rows: list[dict]) -> str:
              "Written by `benchmarks/birds_calibration.py` from `birds_calibration.jsonl`. Each model trains on fresh",
              f"images ({', '.join(map(str, steps))} steps of 64; `twins` comparison scene) once per seed and is scored "
              "on that seed's validation images (their own random stream; no test image is read). Cells: mean ± sample "
-             "std (ddof 1) over seeds, then each seed. The choice maximises the mean over the tasks that ran.", "",
+             "std (ddof 1) over seeds, then each seed. The choice maximises the mean over the tasks that ran. The "
+             f"token models (both Transformers, the token mixer) choose among runs with token norm `{TOKEN_NORM}` "
+             "(`BirdsConfig.token_norm`: what each patch embedding gets before the position code is added); their "
+             "runs with another are in the last table, not in the choice.",
+             "",
              "| family (model) | lr | warmup | counting (val) | comparison (val) | mean over tasks | chosen |",
              "|---|---:|---:|---:|---:|---:|:---:|"]
     for family, c in choice.items():
@@ -114,29 +142,30 @@ def render(all_rows: list[dict]) -> str:
                          f"{over_seeds(by_task.get('compare', []))} | {c['score'][(lr, warmup)]:.3f} | {chosen} |")
     lines += ["", "Chosen (the sweep's `CALIBRATED`):", "", "```python",
               "CALIBRATED = {" + ", ".join(f'"{f}": ({c["lr"]:g}, {c["warmup"]:g})' for f, c in choice.items()) + "}",
-              "```", *longer_budgets(all_rows), "", "Where they ran (one line per calibration process):", "",
+              "```", *other_runs(all_rows), "", "Where they ran (one line per calibration process):", "",
               *machines]
     return "\n".join(lines) + "\n"
 
 
-def longer_budgets(rows: list[dict]) -> list[str]:
-    """Runs at other step budgets (``--steps``), beside the base budget's at the same learning rate: whether
-    a family that sits at chance at the sweep's budget escapes with more steps. Not used for the choice."""
-    longer = sorted({(r["family"], r["lr"], r["warmup"]) for r in rows if r["steps"] != BASE_STEPS})
-    if not longer:
+def other_runs(rows: list[dict]) -> list[str]:
+    """Runs not made as the sweep runs now, beside each other per setting: at other step budgets
+    (``--steps``: whether a family at chance at the sweep's budget escapes with more steps), and the
+    token models' runs from before their patch embeddings were normalised. Not used for the choice."""
+    settings = sorted({(r["family"], r["lr"], r["warmup"], token_norm(r) or "—") for r in rows if not current(r)})
+    if not settings:
         return []
     budgets = sorted({r["steps"] for r in rows})
-    lines = ["", "## Longer budgets (validation images; not used for the choice)", "",
-             "| family (model) | lr | warmup | task | " + " | ".join(f"{s:,} steps" for s in budgets) + " |",
-             "|---|---:|---:|---|" + "---:|" * len(budgets)]
-    for family, lr, warmup in longer:
-        mine = sorted((r for r in rows if (r["family"], r["lr"], r["warmup"]) == (family, lr, warmup)),
-                      key=lambda r: r["seed"])
+    lines = ["", "## Other budgets, and the tokens before normalisation (validation images; not used for the choice)",
+             "", "| family (model) | token norm | lr | warmup | task | "
+             + " | ".join(f"{s:,} steps" for s in budgets) + " |", "|---|:---:|---:|---:|---|" + "---:|" * len(budgets)]
+    for family, lr, warmup, norm in settings:
+        mine = sorted((r for r in rows if (r["family"], r["lr"], r["warmup"], token_norm(r) or "—")
+                       == (family, lr, warmup, norm)), key=lambda r: r["seed"])
         label = parse_spec(mine[0]["model"]).label
         for task in dict.fromkeys(r["task"] for r in mine):
             cells = [over_seeds([r["val_accuracy"] for r in mine if (r["task"], r["steps"]) == (task, s)])
                      for s in budgets]
-            lines.append(f"| {label} | {lr:g} | {warmup:g} | {task} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label} | {norm} | {lr:g} | {warmup:g} | {task} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -153,6 +182,9 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--steps", type=int, default=BASE_STEPS,
                         help="steps per run; only runs at the sweep's budget choose, others get a table of their own")
+    parser.add_argument("--token-norms", nargs="+", default=[TOKEN_NORM], choices=TOKEN_NORMS,
+                        help="token models: what each patch embedding gets (BirdsConfig.token_norm); runs with "
+                        "another than the sweep's are tabled, never chosen from")
     parser.add_argument("--report", action="store_true", help="only write the table from the runs so far")
     args = parser.parse_args()
     log = OUT.with_suffix(".jsonl")
@@ -160,8 +192,7 @@ def main() -> None:
         calibrate(args, log)
     rows = read_jsonl(log)
     OUT.with_suffix(".md").write_text(render(rows))
-    OUT.with_suffix(".json").write_text(json.dumps(chosen_json([r for r in rows if r["steps"] == BASE_STEPS]),
-                                                   indent=2) + "\n")
+    OUT.with_suffix(".json").write_text(json.dumps(chosen_json([r for r in rows if current(r)]), indent=2) + "\n")
     print(OUT.with_suffix(".md").read_text())
 
 

@@ -32,6 +32,7 @@ from tokformer.tasks.birds.data import generate
 from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, make_split
 from tokformer.tasks.birds.mixing import (
     DIAGONALS,
+    LABELS,
     MIXERS,
     PATCH,
     EncodedStream,
@@ -60,9 +61,21 @@ def key(row: dict) -> tuple:
             row["steps"])
 
 
+def complete(row: dict) -> bool:
+    """Whether a run carries every measure its mixer gets now: an attention run on the comparison made
+    before the routes were split by label is run again (the rerun's row supersedes it: :func:`latest`)."""
+    return not (row["mixer"].startswith("attention") and row["task"] == "compare") or \
+        "diagonal_attention_by_label" in row
+
+
+def latest(rows: list[dict]) -> list[dict]:
+    """One row per run (:func:`key`): the last one written."""
+    return list({key(r): r for r in rows}.values())
+
+
 def run(args: argparse.Namespace) -> None:
     log = OUT.with_suffix(".jsonl")
-    done = {key(r) for r in read_jsonl(log)}
+    done = {key(r) for r in read_jsonl(log) if complete(r)}
     machine, threads = Machine(), f"{torch.get_num_threads()} torch thread(s)"
     settings = [(lr, args.steps * budget) for lr in args.lrs for budget in args.budgets]
     for seed in args.seeds:
@@ -90,6 +103,8 @@ def run(args: argparse.Namespace) -> None:
                     if mixer.startswith("attention") and task == "compare":
                         row["corner_attention"] = corner_attention_of(model, held_out)  # [layer][head] = [mass, share]
                         row["diagonal_attention"] = diagonal_attention_of(model, held_out)  # the same per route
+                        row["diagonal_attention_by_label"] = {name: diagonal_attention_of(model, held_out, label=value)
+                                                              for name, value in LABELS.items()}
                     print(json.dumps(row), flush=True)
                     with log.open("a") as f:
                         f.write(json.dumps(row) + "\n")
@@ -119,7 +134,8 @@ def render(all_rows: list[dict]) -> str:
     machines = latest_per_process([r["machine"] for r in all_rows])
     curves = [r for r in all_rows if r.get("split", "test") == "test" and r["lr"] == DEFAULT_RUN[1]]
     return "\n".join(lines + HISTORY + curve_tables(curves) + target_lines(curves) + gap_table(sizes)
-                     + attention_table(curves) + diagonal_table(all_rows) + validation_table(all_rows)
+                     + attention_table(curves) + diagonal_table(all_rows) + label_table(all_rows)
+                     + validation_table(all_rows)
                      + ["", "Where they ran (one line per process):", "", *(f"- {m}" for m in machines)]) + "\n"
 
 
@@ -169,8 +185,8 @@ def target_lines(rows: list[dict]) -> list[str]:
 
     def best(prefix: str) -> tuple[str, float] | None:
         means = {m: _mean([r["accuracy"] for r in final if r["mixer"] == m])
-                 for m in {r["mixer"] for r in final if r["mixer"].startswith(prefix)}}
-        return max(means.items(), key=lambda kv: kv[1]) if means else None
+                 for m in sorted({r["mixer"] for r in final if r["mixer"].startswith(prefix)})}
+        return max(means.items(), key=lambda kv: kv[1]) if means else None  # a tie: the first name
 
     attention, matrix, fc = best("attention"), best("matrix"), best("fc")
     lines = ["", "## Targets", ""]
@@ -185,7 +201,7 @@ def target_lines(rows: list[dict]) -> list[str]:
                      "not all three ran.")
     measured = [r for r in final if "corner_attention" in r]
     if measured:
-        top = max({r["mixer"] for r in measured}, key=lambda m: _mean([r["accuracy"] for r in measured
+        top = max(sorted({r["mixer"] for r in measured}), key=lambda m: _mean([r["accuracy"] for r in measured
                                                                       if r["mixer"] == m]))
         ratio = _mean([max(mass / share for layer in r["corner_attention"] for mass, share in layer)
                        for r in measured if r["mixer"] == top])
@@ -323,11 +339,41 @@ def diagonal_table(rows: list[dict]) -> list[str]:
         mine = sorted((r for r in measured if (r["mixer"], r["image_size"], r.get("split", "test"), r["lr"],
                                                r["steps"]) == (mixer, size, split, lr, steps)),
                       key=lambda r: r["seed"])
-        cells = [over_seeds([max(mass / share for layer in r["diagonal_attention"][route] for mass, share in layer)
-                             for r in mine], digits=1, unit="x") for route in DIAGONALS]
+        cells = [over_seeds([best_route(r["diagonal_attention"][route]) for r in mine], digits=1, unit="x")
+                 for route in DIAGONALS]
         lines.append(f"| {mixer} | {size} | {split} | {lr:g} | {steps:,} | " + " | ".join(cells)
                      + f" | {over_seeds([r['accuracy'] for r in mine])} |")
     return lines
+
+
+def label_table(rows: list[dict]) -> list[str]:
+    """:func:`diagonal_table`'s routes again, over the "same" and the "different" images apart: the twins sit
+    on the compared diagonal in the first and on the other one in the second, so a model that reads a route
+    only where the twins are shows it here, where the average over both labels halves it."""
+    measured = [r for r in rows if "diagonal_attention_by_label" in r]
+    if not measured:
+        return []
+    lines = ["", "## The routes where the twins sit", "",
+             "The same measure over the held-out images of one label (the first 200 of each): in \"same\" images "
+             "the twins are top-right and bottom-left, in \"different\" images top-left and bottom-right.", "",
+             "| mixer | image size | held-out split | lr | steps | images | " + " | ".join(DIAGONALS)
+             + " | accuracy |", "|---|---:|---|---:|---:|---|" + "---:|" * (len(DIAGONALS) + 1)]
+    settings = sorted({(r["mixer"], r["image_size"], r.get("split", "test"), r["lr"], r["steps"]) for r in measured})
+    for mixer, size, split, lr, steps in settings:
+        mine = sorted((r for r in measured if (r["mixer"], r["image_size"], r.get("split", "test"), r["lr"],
+                                               r["steps"]) == (mixer, size, split, lr, steps)),
+                      key=lambda r: r["seed"])
+        for label in LABELS:
+            cells = [over_seeds([best_route(r["diagonal_attention_by_label"][label][route]) for r in mine],
+                                digits=1, unit="x") for route in DIAGONALS]
+            lines.append(f"| {mixer} | {size} | {split} | {lr:g} | {steps:,} | {label} | " + " | ".join(cells)
+                         + f" | {over_seeds([r['accuracy'] for r in mine])} |")
+    return lines
+
+
+def best_route(per_layer: list) -> float:
+    """A route's ``[layer][head] = [mass, share]`` -> its largest mass as a multiple of the uniform share."""
+    return max(mass / share for layer in per_layer for mass, share in layer)
 
 
 def main() -> None:
@@ -346,7 +392,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.report:
         run(args)
-    runs = read_jsonl(OUT.with_suffix(".jsonl"))
+    runs = latest(read_jsonl(OUT.with_suffix(".jsonl")))
     OUT.with_suffix(".md").write_text(render(runs))
     plot_curves(runs, FIGURE)
     print(OUT.with_suffix(".md").read_text())

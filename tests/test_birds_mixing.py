@@ -13,6 +13,7 @@ from tokformer.tasks.birds.data import BOTTOM_LEFT, BOTTOM_RIGHT, TOP_LEFT, TOP_
 from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, fit, make_split
 from tokformer.tasks.birds.mixing import (
     DIAGONALS,
+    LABELS,
     WIDTH,
     EncodedStream,
     MixingModel,
@@ -161,6 +162,38 @@ def test_diagonal_attention_names_every_route_and_finds_the_one_a_map_takes(monk
     mass = {name: np.array(r)[..., 0] for name, r in routes.items()}  # [layer, head]
     np.testing.assert_allclose(mass["top-left -> bottom-right"], 1.0, atol=1e-4)
     assert all(mass[name].max() < 0.5 for name in DIAGONALS if name != "top-left -> bottom-right")
+
+
+def test_routes_split_by_label_find_a_model_that_reads_the_diagonal_where_the_twins_sit(monkeypatch) -> None:
+    """Maps that send the top-right bird to the bottom-left one in "same" images and the top-left bird to
+    the bottom-right one in "different" images (the diagonal of the twins): over one label, each route
+    carries mass 1 in that label's images; over both, every route gets about half."""
+    test = make_split(BirdsConfig(image_size=64, n_test=8), "compare", seed=0, split="test")
+    model = MixingModel(PatchEncoder(64).eval().requires_grad_(False), "attention-1", n_classes=2).eval()
+    pointed = torch.zeros(len(test.labels), 4, 16, 16)
+    for b, label in enumerate(test.labels.tolist()):
+        source, target = (TOP_RIGHT, BOTTOM_LEFT) if label == LABELS["same"] else (TOP_LEFT, BOTTOM_RIGHT)
+        queries = torch.as_tensor(bird_tokens(test.meta, b, source, 16, first=0))
+        keys = torch.as_tensor(bird_tokens(test.meta, b, target, 16, first=0))
+        pointed[b, :, queries[:, None], keys[None, :]] = 1.0 / len(keys)
+
+    def maps_of(_model, images, _blocks):  # the pointed maps of the images asked about, in their order
+        rows = [next(j for j in range(len(test.labels)) if torch.equal(test.images[j].float() / 255, image))
+                for image in images]
+        return [pointed[rows]]
+
+    monkeypatch.setattr("tokformer.tasks.birds.mixing.attention_maps", maps_of)
+    assert sorted(test.labels.tolist()) == [0] * 4 + [1] * 4
+
+    def mass(label: int | None, route: str) -> float:
+        return float(np.array(diagonal_attention_of(model, test, label=label)[route])[..., 0].max())
+
+    assert mass(LABELS["same"], "top-right -> bottom-left") == pytest.approx(1.0, abs=1e-4)
+    assert mass(LABELS["same"], "top-left -> bottom-right") < 0.3
+    assert mass(LABELS["different"], "top-left -> bottom-right") == pytest.approx(1.0, abs=1e-4)
+    assert mass(LABELS["different"], "top-right -> bottom-left") < 0.3
+    for route in ("top-right -> bottom-left", "top-left -> bottom-right"):
+        assert 0.4 < mass(None, route) < 0.7, "over both labels the route the twins take is diluted"
 
 
 def test_training_on_the_cached_tokens_is_training_on_the_images() -> None:

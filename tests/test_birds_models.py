@@ -10,7 +10,7 @@ from tokformer.tasks.birds import experiment
 from tokformer.tasks.birds.attention import attention_maps, bird_tokens, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, TOP_RIGHT, generate
 from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream
-from tokformer.tasks.birds.models import BirdTransformer, LocalCNN, build_model, parse_spec
+from tokformer.tasks.birds.models import TOKEN_NORMS, BirdTransformer, LocalCNN, build_model, parse_spec
 
 ALL_FAMILIES = ["local-d2", "pool-d3", "global", "mlp", "transformer-l1", "transformer-local-l1", "mixer-l1"]
 
@@ -126,3 +126,50 @@ def test_own_bird_attention_measures_mass_on_the_birds_own_tokens() -> None:
             own = torch.as_tensor(bird_tokens(meta, b, slot, patch))
             inside[b, :, own[:, None], own[None, :]] = 1.0 / len(own)
     np.testing.assert_allclose(own_bird_attention([inside], meta, np.arange(4), patch)[..., 0], 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["transformer-l1", "transformer-local-l1", "mixer-l1"])
+def test_token_models_standardise_each_patch_embedding_before_the_position_code(name: str) -> None:
+    """Why the token models can locate a bird: each token reaches the encoder as a standardised embedding
+    plus the 2-D position code, whatever scale the projection has grown to. The projection's output
+    layer (and a LayerNorm's gain, where it has one) is scaled up 50x here, as training may: standardised,
+    the tokens are unchanged; with a learned gain or without a norm the position code becomes a rounding
+    error of every token."""
+    images = torch.rand(3, 3, 32, 32)
+    tokens = {}
+    for norm in TOKEN_NORMS:
+        torch.manual_seed(0)
+        model = build_model(name, n_classes=4, image_size=32, token_norm=norm)
+        batch = model.tokenizer.batch(images)
+        before = model.embedder(batch)
+        grown = [m for m in model.embedder.proj.modules() if isinstance(m, torch.nn.Linear)][-1:]  # the output layer
+        grown += [m for m in model.embedder.proj.modules() if isinstance(m, torch.nn.LayerNorm)]
+        with torch.no_grad():
+            for p in (p for module in grown for p in module.parameters()):
+                p.mul_(50)
+        tokens[norm] = (t[:, model.embedder.n_prefix:] for t in (before, model.embedder(batch)))  # no class token
+    positions = model.embedder.sincos(model.tokenizer.batch(images).positions[:, model.embedder.n_prefix:])
+    embedded, scaled = tokens["standardise"]
+    standardised = embedded - positions  # [B, N, d]
+    torch.testing.assert_close(standardised.mean(-1), torch.zeros(standardised.shape[:2]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(standardised.var(-1, unbiased=False), torch.ones(standardised.shape[:2]), atol=1e-3,
+                               rtol=0)
+    torch.testing.assert_close(scaled, embedded, atol=1e-4, rtol=0)  # the projection's scale does not reach them
+    for norm in ("affine", "none"):
+        plain, plain_scaled = tokens[norm]
+        assert (plain_scaled - positions).norm(dim=-1).mean() > 20 * (plain - positions).norm(dim=-1).mean(), norm
+
+
+def test_the_sweep_builds_its_token_models_as_its_config_says() -> None:
+    """``BirdsConfig.token_norm`` reaches the models a sweep trains, and only the token models."""
+    models = {norm: build_model("transformer-l1", 4, image_size=32, token_norm=norm) for norm in TOKEN_NORMS}
+    norm = models["standardise"].embedder.proj[-1]
+    assert isinstance(norm, torch.nn.LayerNorm) and not list(norm.parameters()), "nothing to regrow the scale"
+    assert isinstance(models["affine"].embedder.proj[-1], torch.nn.LayerNorm)
+    assert len(list(models["affine"].embedder.proj[-1].parameters())) == 2
+    assert isinstance(models["none"].embedder.proj, torch.nn.Linear)
+    keys = {norm: build_model("pool-d2", 4, image_size=32, token_norm=norm).state_dict().keys() for norm in TOKEN_NORMS}
+    assert keys["standardise"] == keys["affine"] == keys["none"]
+    assert BirdsConfig().token_norm == "standardise"
+    with pytest.raises(ValueError, match="token_norm must be one of standardise, affine, none; got 'scaled'"):
+        build_model("mixer-l1", 4, image_size=32, token_norm="scaled")

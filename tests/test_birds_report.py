@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from safetensors.torch import load_file
 
 from tokformer.cli import main
 from tokformer.tasks.birds import BirdsConfig, run_experiment
@@ -34,6 +35,19 @@ def test_report_has_table_and_all_figures(tmp_path: Path) -> None:
     assert {name for name, acc in second.items() if acc is None} == {"global", "mixer-l1", "mlp", "global-x2"}
     assert "| cannot run (sized for one image) |" in text
     assert "attention on their own bird" in text
+    assert "standardise each patch embedding" in text  # the report says how the token models were built
+
+
+def test_a_sweep_of_the_first_versions_tokens_trains_them_and_its_report_says_so(tmp_path: Path) -> None:
+    cfg = BirdsConfig(**{**TINY.__dict__, "models": ("transformer-l1",), "seeds": (0,), "second_size": 0,
+                         "token_norm": "none"})
+    text = run_experiment(tmp_path / "out", config=cfg, quiet=True).read_text()
+    assert "as the projection scales them (the first version's tokens)" in text
+    saved = (tmp_path / "out" / "models" / "transformer-l1-compare.safetensors")
+    assert not any(".proj.1." in key for key in load_file(saved)), "no norm was built into the trained model"
+    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    run_experiment(tmp_path / "out", config=cfg, quiet=True)  # resumed: the saved models rebuilt as they were trained
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"] == runs
 
 
 def test_cli_rejects_bad_seeds(tmp_path: Path) -> None:

@@ -3,18 +3,22 @@ mean that disagrees with the per-run rows it summarises (issue #27: mixing repor
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
+import birds_calibration  # noqa: E402
 import birds_mixing  # noqa: E402
 from harness import read_jsonl  # noqa: E402
 
+from tokformer.tasks.birds.experiment import CALIBRATED  # noqa: E402
+
 
 def test_the_mixing_report_is_rendered_from_its_runs() -> None:
-    runs = read_jsonl(birds_mixing.OUT.with_suffix(".jsonl"))
+    runs = birds_mixing.latest(read_jsonl(birds_mixing.OUT.with_suffix(".jsonl")))
     assert runs, "no runs committed"
     assert birds_mixing.render(runs) == birds_mixing.OUT.with_suffix(".md").read_text(encoding="utf-8")
 
@@ -75,6 +79,15 @@ def test_a_learning_curve_cell_is_its_budgets_seeds_and_the_targets_read_the_lar
     assert "on comparison at 96 px, 3,000 steps: **missed**" in birds_mixing.render(worse)
 
 
+def test_a_tie_for_the_best_mixer_names_the_first_whatever_the_hash_seed(monkeypatch) -> None:
+    """The committed report must render the same in every process: a tie is not left to set order."""
+    monkeypatch.setattr(birds_mixing, "gap_table", lambda sizes: [])
+    rows = [_mixing_row(m, 0, acc, 300) for m, acc in
+            (("attention-2", 0.5), ("attention-1", 0.5), ("matrix-2", 0.9), ("matrix-1", 0.9), ("fc", 0.8))]
+    targets = birds_mixing.render(rows).split("## Targets")[1]
+    assert "(best attention mixer attention-1 0.500, best matrix matrix-1 0.900, fc 0.800;" in targets
+
+
 def test_attention_heads_are_ranked_within_each_seed_before_averaging(monkeypatch) -> None:
     """Head 0 of one seed is not head 0 of another: a head that attends 4x in seed 0 and one that does in
     seed 1 make a 4.0x first-ranked head, not two 2.5x heads."""
@@ -97,6 +110,59 @@ def test_the_route_table_takes_each_routes_best_head_of_any_layer(monkeypatch) -
                 if x.startswith("| attention-2 |"))
     assert line == ("| attention-2 | 64 | val | 0.004 | 300 | 1.0x ± 0.0x (1.0x / 1.0x) | 1.0x ± 0.0x (1.0x / 1.0x) | "
                     "3.0x ± 0.0x (3.0x / 3.0x) | 1.0x ± 0.0x (1.0x / 1.0x) | 0.900 ± 0.000 (0.900 / 0.900) |"), line
+
+
+def test_the_label_table_gives_each_labels_routes_and_a_rerun_supersedes_the_run_it_completes(monkeypatch) -> None:
+    monkeypatch.setattr(birds_mixing, "gap_table", lambda sizes: [])
+    uniform, focused = [0.1, 0.1], [0.3, 0.1]  # [mass, share]: 1x and 3x
+
+    def routes(toward: str) -> dict:
+        return {name: [[focused if name.startswith(toward) else uniform]] for name in birds_mixing.DIAGONALS}
+
+    by_label = {"same": routes("top-right ->"), "different": routes("top-left ->")}
+    old = _mixing_row("attention-1", 0, 0.6, 300, diagonal_attention=routes(""))
+    new = old | {"accuracy": 0.9, "diagonal_attention_by_label": by_label}
+    assert not birds_mixing.complete(old) and birds_mixing.complete(new)
+    assert birds_mixing.complete(_mixing_row("conv-1", 0, 0.6, 300)), "only attention runs carry the routes"
+    assert birds_mixing.latest([old, new]) == [new]
+    table = birds_mixing.render(birds_mixing.latest([old, new])).split("## The routes where the twins sit")[1]
+    lines = [x for x in table.splitlines() if x.startswith("| attention-1 |")]
+    assert lines == ["| attention-1 | 64 | test | 0.004 | 300 | same | 3.0x | 1.0x | 1.0x | 1.0x | 0.900 |",
+                     "| attention-1 | 64 | test | 0.004 | 300 | different | 1.0x | 1.0x | 3.0x | 1.0x | 0.900 |"], lines
+
+
+def test_the_birds_calibration_report_and_choice_are_rendered_from_its_runs() -> None:
+    runs = read_jsonl(birds_calibration.OUT.with_suffix(".jsonl"))
+    assert runs, "no runs committed"
+    assert birds_calibration.render(runs) == birds_calibration.OUT.with_suffix(".md").read_text(encoding="utf-8")
+    chosen = birds_calibration.chosen_json([r for r in runs if birds_calibration.current(r)])
+    assert json.loads(birds_calibration.OUT.with_suffix(".json").read_text()) == chosen
+    assert {family: (c["lr"], c["warmup"]) for family, c in chosen.items()} == CALIBRATED, "the sweep takes the choice"
+
+
+def _calibration_row(model: str, seed: int, lr: float, accuracy: float, **extra) -> dict:
+    return {"family": model.split("-l")[0], "model": model, "task": "compare", "seed": seed, "lr": lr, "warmup": 0.05,
+            "steps": birds_calibration.BASE_STEPS, "val_accuracy": accuracy, "machine": "m"} | extra
+
+
+def test_the_calibration_chooses_among_runs_made_as_the_sweep_runs_now() -> None:
+    """A token model's runs with other tokens than the sweep's (rows from before the option, and those of
+    the flag it was first, read by what the flag meant), and runs at other budgets, are shown but never
+    chosen from; models without tokens are unaffected by the option."""
+    rows = [_calibration_row("transformer-l2", s, 1e-2, 0.9) for s in (0, 1)]  # before the option: the best, but stale
+    rows += [_calibration_row("transformer-l2", s, 1e-2, 0.8, token_norm=True) for s in (0, 1)]  # the flag's "affine"
+    rows += [_calibration_row("transformer-l2", s, lr, acc, token_norm="standardise") for s in (0, 1)
+             for lr, acc in ((1e-3, 0.6), (3e-3, 0.7))]
+    rows += [_calibration_row("transformer-l2", s, 1e-3, 0.95, token_norm="standardise", steps=3000) for s in (0, 1)]
+    rows += [_calibration_row("mlp", s, 1e-3, 0.8) for s in (0, 1)]
+    assert birds_calibration.chosen_json([r for r in rows if birds_calibration.current(r)]) == {
+        "transformer": {"lr": 3e-3, "warmup": 0.05}, "mlp": {"lr": 1e-3, "warmup": 0.05}}
+    other = birds_calibration.render(rows).split("## Other budgets")[1]
+    label = "| Transformer, linear patches, 2 layers |"
+    assert f"{label} none | 0.01 | 0.05 | compare | 0.900 ± 0.000 (0.900 / 0.900) | — |" in other, other
+    assert f"{label} affine | 0.01 | 0.05 | compare | 0.800 ± 0.000 (0.800 / 0.800) | — |" in other, other
+    assert f"{label} standardise | 0.001 | 0.05 | compare | 0.600 ± 0.000 (0.600 / 0.600) | " \
+           "0.950 ± 0.000 (0.950 / 0.950) |" in other, other
 
 
 def test_the_vqa_results_and_their_docs_are_rendered_from_the_runs() -> None:

@@ -287,11 +287,19 @@ DIAGONALS: dict[str, tuple[int, int]] = {  # directed pairs of diagonal slots: e
 }
 
 
-def diagonal_attention_of(model: MixingModel, test: SplitTensors, n_images: int = 200) -> dict[str, list]:
+LABELS: dict[str, int] = {"same": 1, "different": 0}  # the comparison's labels: where the twins sit
+
+
+def diagonal_attention_of(model: MixingModel, test: SplitTensors, n_images: int = 200,
+                          label: int | None = None) -> dict[str, list]:
     """Per directed diagonal pair (:data:`DIAGONALS`): ``[layer][head] = [mass, share]`` as
-    :func:`corner_attention_of`. In the twins scene one diagonal holds the twin pair, so a model may
-    compare either diagonal, in either direction: the compared pair's is one route of four."""
-    indices = np.arange(min(n_images, len(test.labels)))
+    :func:`corner_attention_of`, over the first ``n_images`` held-out images (of ``label`` only, if given).
+    In the twins scene one diagonal holds the twin pair, so a model may compare either diagonal, in
+    either direction: the compared pair's is one route of four. Split by label, a route a model reads
+    only where the twins sit (the compared diagonal in "same" images, the other in "different" ones)
+    shows, where the average over both labels would halve it."""
+    rows = np.arange(len(test.labels)) if label is None else np.flatnonzero(test.labels.numpy() == label)
+    indices = rows[:n_images]
     maps = attention_maps(model, test.images[indices].float() / 255, model.mixer.encoder.blocks)
     return {name: corner_attention(maps, test.meta, indices, PATCH, first=0, source=source, target=target)
             .round(4).tolist() for name, (source, target) in DIAGONALS.items()}

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from tokformer.config import TransformerConfig
 from tokformer.layers import FeedForward
-from tokformer.tokenizers.image import ImagePatchTokenizer
+from tokformer.tokenizers.image import ImagePatchTokenizer, PatchEmbedder
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
 from tokformer.transformer import Encoder
 
@@ -126,19 +126,20 @@ class BirdTransformer(nn.Module):
     with a small CNN that sees that patch only (:mod:`tokformer.tokenizers.image_local`), so
     the locality prior sits in the tokenizer and attention remains the only path between
     patches. The head averages the patch tokens into the readout all whole-image models share;
-    the class token stays as a global scratch token every patch can attend to.
+    the class token stays as a global scratch token every patch can attend to. ``token_norm``: see
+    :func:`token_embedder`.
     """
 
     def __init__(self, n_classes: int, *, n_layers: int = 2, d_model: int = 64, n_heads: int = 4,
                  patch: int = 8, image_size: int = 64, tokenizer: str = "linear", cnn_width: int = 32,
-                 cnn_depth: int = 2) -> None:
+                 cnn_depth: int = 2, token_norm: str = "standardise") -> None:
         super().__init__()
         self.depth = n_layers
         self.tokenizer = _tokenizer(tokenizer, patch, image_size, class_token=True, cnn_width=cnn_width,
                                     cnn_depth=cnn_depth)
         cfg = TransformerConfig(d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=2 * d_model,
                                 dropout=0.0, activation="gelu")
-        self.embedder = self.tokenizer.build_embedder(d_model)
+        self.embedder = token_embedder(self.tokenizer, d_model, token_norm)
         self.encoder = Encoder(cfg)
         self.head = readout(d_model, n_classes)
 
@@ -150,6 +151,32 @@ class BirdTransformer(nn.Module):
         batch = self.tokenizer.batch(images)
         x = self.encoder(self.embedder(batch), positions=batch.positions)  # [B, 1 + N, d], token 0: class token
         return self.head(x[:, 1:].mean(dim=1))
+
+
+TOKEN_NORMS = ("standardise", "affine", "none")  # what a token model does to each patch embedding
+
+
+def token_embedder(tokenizer: ImagePatchTokenizer, d_model: int, norm: str) -> PatchEmbedder:
+    """The tokenizer's embedder, with each patch's embedding normalised before the position code is added:
+    ``"standardise"`` (a LayerNorm without parameters: every token leaves with zero mean and unit
+    variance), ``"affine"`` (timm's ``patch_embed.norm``: a LayerNorm with a learned gain and bias) or
+    ``"none"`` (the projection's output as it is: the first version's tokens).
+
+    Why: the 2-D sin/cos code has a fixed norm (``sqrt(d / 2)``, 5.7 at d = 64), a patch embedding
+    whatever its projection makes it. Where the embeddings are several times longer, the position is
+    a small perturbation of every token, and attention, which must find *where* the compared bird is,
+    cannot. A learned gain can grow them back; standardising pins their scale. The mixing track
+    (``tokformer.tasks.birds.mixing``) measured the need; ``benchmarks/birds_calibration.py`` compares
+    the three on the sweep's Transformers. Every token model of the sweep (both Transformers and the
+    token mixer) gets the same, so the tokens they mix are alike.
+    """
+    if norm not in TOKEN_NORMS:
+        raise ValueError(f"token_norm must be one of {', '.join(TOKEN_NORMS)}; got {norm!r}")
+    embedder = tokenizer.build_embedder(d_model)
+    if norm != "none":
+        layer_norm = nn.LayerNorm(d_model, elementwise_affine=norm == "affine")
+        embedder.proj = nn.Sequential(embedder.proj, layer_norm)  # [..., features] -> [..., d]
+    return embedder
 
 
 def _tokenizer(kind: str, patch: int, image_size: int, *, class_token: bool, cnn_width: int,
@@ -195,13 +222,14 @@ class TokenMixer(nn.Module):
     """
 
     def __init__(self, n_classes: int, *, n_layers: int = 2, d_model: int = 64, patch: int = 8,
-                 image_size: int = 64, cnn_width: int = 32, cnn_depth: int = 2) -> None:
+                 image_size: int = 64, cnn_width: int = 32, cnn_depth: int = 2,
+                 token_norm: str = "standardise") -> None:
         super().__init__()
         self.depth = n_layers
         self.tokenizer = _tokenizer("local", patch, image_size, class_token=False, cnn_width=cnn_width,
                                     cnn_depth=cnn_depth)
         n_tokens = self.tokenizer.grid_size[0] * self.tokenizer.grid_size[1]
-        self.embedder = self.tokenizer.build_embedder(d_model)
+        self.embedder = token_embedder(self.tokenizer, d_model, token_norm)
         self.blocks = nn.ModuleList(TokenMixingBlock(n_tokens, d_model) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model)
         self.head = readout(d_model, n_classes)
@@ -267,6 +295,11 @@ class ModelSpec:
         return self.family not in ("local", "pool")
 
     @property
+    def tokens(self) -> bool:
+        """Whether the model mixes patch tokens (the Transformers and the token mixer): those take ``token_norm``."""
+        return self.family in ("transformer", "transformer-local", "mixer")
+
+    @property
     def any_size(self) -> bool:
         """Whether the model takes images of another size than it was trained on. A flattened map
         (global head, pixel MLP) or an N x N mixing matrix is sized for one image size."""
@@ -305,13 +338,16 @@ def parse_spec(name: str) -> ModelSpec:
     return ModelSpec(name, family, depth, budget)
 
 
-def build_model(name: str, n_classes: int, image_size: int = 64, **options: Any) -> nn.Module:
+def build_model(name: str, n_classes: int, image_size: int = 64, *, token_norm: str = "standardise",
+                **options: Any) -> nn.Module:
     """A freshly initialised model for spec ``name`` (seed torch first for reproducibility).
 
     ``options`` go to the model's constructor (calibration tries e.g. ``patch=16``); the sweep
-    uses the defaults.
+    uses the defaults. ``token_norm`` applies to the token models only (:func:`token_embedder`).
     """
     spec = parse_spec(name)
+    if spec.tokens:
+        options = {"token_norm": token_norm, **options}
     if spec.family in ("local", "pool"):
         return LocalCNN(n_classes, spec.depth, pool=spec.family == "pool", image_size=image_size, **options)
     if spec.family == "global":

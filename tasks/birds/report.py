@@ -366,6 +366,17 @@ def _aux_text(cfg) -> str:
             "alone is a sample-efficiency problem, separate from the receptive-field question asked here.")
 
 
+def _token_text(cfg) -> str:
+    return {"none": "The token models (Transformers, token mixer) add the position code to their patch embeddings "
+                    "as the projection scales them (the first version's tokens).",
+            "affine": "The token models (Transformers, token mixer) normalise each patch embedding with a LayerNorm "
+                      "with a learned gain and bias (timm's `patch_embed.norm`) before the 2-D position code is "
+                      "added.",
+            "standardise": "The token models (Transformers, token mixer) standardise each patch embedding (a "
+                           "LayerNorm without parameters) before the 2-D position code is added, so that the code "
+                           "is not drowned by the embedding's scale."}[cfg.token_norm]
+
+
 def _lr_text(cfg) -> str:
     """The learning rates, as the runs used them."""
     common = f"lr {cfg.lr:g} with warmup over {100 * cfg.warmup:g}% of the steps, then cosine"
@@ -557,7 +568,7 @@ they are given to the strongest CNN and to the Transformer alike, and compared o
 {_second_text(cfg)}
 The step budget, the Transformer's patch size and the local tokenizer's CNN were calibrated for the
 first version of this experiment (the `pair` scene, a fixed training set) on a validation split, a
-random stream of its own, never a reported test set.
+random stream of its own, never a reported test set. {_token_text(cfg)}
 
 ![samples](samples.png)
 
