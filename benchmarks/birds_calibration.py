@@ -150,12 +150,12 @@ def render(all_rows: list[dict]) -> str:
 def other_runs(rows: list[dict]) -> list[str]:
     """Runs not made as the sweep runs now, beside each other per setting: at other step budgets
     (``--steps``: whether a family at chance at the sweep's budget escapes with more steps), and the
-    token models' runs from before their patch embeddings were normalised. Not used for the choice."""
+    token models' runs with another token treatment than the sweep's. Not used for the choice."""
     settings = sorted({(r["family"], r["lr"], r["warmup"], token_norm(r) or "—") for r in rows if not current(r)})
     if not settings:
         return []
     budgets = sorted({r["steps"] for r in rows})
-    lines = ["", "## Other budgets, and the tokens before normalisation (validation images; not used for the choice)",
+    lines = ["", "## Other budgets and other token treatments (validation images; not used for the choice)",
              "", "| family (model) | token norm | lr | warmup | task | "
              + " | ".join(f"{s:,} steps" for s in budgets) + " |", "|---|:---:|---:|---:|---|" + "---:|" * len(budgets)]
     for family, lr, warmup, norm in settings:
