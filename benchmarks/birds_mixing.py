@@ -334,11 +334,7 @@ def diagonal_table(rows: list[dict]) -> list[str]:
              "since this measure was added carry it.", "",
              "| mixer | image size | held-out split | lr | steps | " + " | ".join(DIAGONALS) + " | accuracy |",
              "|---|---:|---|---:|---:|" + "---:|" * (len(DIAGONALS) + 1)]
-    settings = sorted({(r["mixer"], r["image_size"], r.get("split", "test"), r["lr"], r["steps"]) for r in measured})
-    for mixer, size, split, lr, steps in settings:
-        mine = sorted((r for r in measured if (r["mixer"], r["image_size"], r.get("split", "test"), r["lr"],
-                                               r["steps"]) == (mixer, size, split, lr, steps)),
-                      key=lambda r: r["seed"])
+    for (mixer, size, split, lr, steps), mine in by_setting(measured):
         cells = [over_seeds([best_route(r["diagonal_attention"][route]) for r in mine], digits=1, unit="x")
                  for route in DIAGONALS]
         lines.append(f"| {mixer} | {size} | {split} | {lr:g} | {steps:,} | " + " | ".join(cells)
@@ -358,17 +354,22 @@ def label_table(rows: list[dict]) -> list[str]:
              "the twins are top-right and bottom-left, in \"different\" images top-left and bottom-right.", "",
              "| mixer | image size | held-out split | lr | steps | images | " + " | ".join(DIAGONALS)
              + " | accuracy |", "|---|---:|---|---:|---:|---|" + "---:|" * (len(DIAGONALS) + 1)]
-    settings = sorted({(r["mixer"], r["image_size"], r.get("split", "test"), r["lr"], r["steps"]) for r in measured})
-    for mixer, size, split, lr, steps in settings:
-        mine = sorted((r for r in measured if (r["mixer"], r["image_size"], r.get("split", "test"), r["lr"],
-                                               r["steps"]) == (mixer, size, split, lr, steps)),
-                      key=lambda r: r["seed"])
+    for (mixer, size, split, lr, steps), mine in by_setting(measured):
         for label in LABELS:
             cells = [over_seeds([best_route(r["diagonal_attention_by_label"][label][route]) for r in mine],
                                 digits=1, unit="x") for route in DIAGONALS]
             lines.append(f"| {mixer} | {size} | {split} | {lr:g} | {steps:,} | {label} | " + " | ".join(cells)
                          + f" | {over_seeds([r['accuracy'] for r in mine])} |")
     return lines
+
+
+def by_setting(rows: list[dict]) -> list[tuple[tuple, list[dict]]]:
+    """Rows grouped by setting (mixer, image size, held-out split, lr, steps), settings sorted, each group's
+    runs in seed order: the route tables' rows."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: r["seed"]):
+        groups.setdefault((r["mixer"], r["image_size"], r.get("split", "test"), r["lr"], r["steps"]), []).append(r)
+    return sorted(groups.items(), key=lambda item: item[0])
 
 
 def best_route(per_layer: list) -> float:
