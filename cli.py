@@ -735,9 +735,14 @@ def birds(out: str, quick: bool, seeds: tuple[int, ...] | None, device: str, qui
     """CNNs vs a Transformer on counting birds vs comparing two far-apart birds; writes a report."""
     from tokformer.engine.progress import configure_logging
     from tokformer.tasks.birds import run_experiment
+    from tokformer.tasks.birds.experiment import SweepInterrupted
 
     configure_logging(quiet)
-    report = run_experiment(out, quick=quick, seeds=seeds, device=device, quiet=quiet)
+    try:
+        report = run_experiment(out, quick=quick, seeds=seeds, device=device, quiet=quiet)
+    except SweepInterrupted as stop:
+        click.echo(f"interrupted: {stop}", err=True)
+        click.get_current_context().exit(128 + (stop.signal or 2))
     click.echo(f"report: {report}")
 
 

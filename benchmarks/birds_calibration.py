@@ -2,7 +2,7 @@
 
 Every family the sweep compares is represented by one model (``FAMILIES``). Each (learning
 rate, warmup) of the grid trains that model at the sweep's common budget on fresh images
-(:class:`~tokformer.tasks.birds.experiment.TrainStream`), once per seed, and is scored on that
+(:class:`~tokformer.tasks.birds.stream.TrainStream`) through the engine, once per seed, and is scored on that
 seed's **validation** images (``split="val"``: a random stream of its own that no reported number
 uses). A family's choice is the setting with the best validation accuracy averaged over seeds and
 the tasks run (``--tasks compare``: the comparison alone, the question the sweep asks); the table it
@@ -32,8 +32,10 @@ import numpy as np
 import torch
 from harness import RESULTS, Machine, latest_per_process, over_seeds, read_jsonl
 
-from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, make_split, train_model
+from tokformer.tasks.birds.data import N_CLASSES
+from tokformer.tasks.birds.experiment import BirdsConfig, train_model
 from tokformer.tasks.birds.models import TOKEN_NORMS, parse_spec
+from tokformer.tasks.birds.stream import accuracy, make_split
 
 FAMILIES: dict[str, str] = {  # family -> the model that stands for it (the sweep's middle depth)
     "pool": "pool-d4",
@@ -84,7 +86,7 @@ def calibrate(args: argparse.Namespace, log: Path) -> None:
     base = BirdsConfig(steps=args.steps, per_family={})
     for seed in args.seeds:
         for task in args.tasks:
-            stream, val = TrainStream(base, task, seed), make_split(base, task, seed, "val")
+            val = make_split(base, task, seed, "val", base.n_test)
             for family in args.families:
                 model = FAMILIES[family]
                 norms = args.token_norms if parse_spec(model).tokens else [None]  # None: the option does not apply
@@ -95,26 +97,48 @@ def calibrate(args: argparse.Namespace, log: Path) -> None:
                         continue
                     cfg = BirdsConfig(steps=args.steps, lr=lr, warmup=warmup, per_family={},
                                       token_norm=TOKEN_NORM if norm is None else norm)
-                    trained, seconds = train_model(model, task, stream, cfg, seed, torch.device("cpu"))
-                    row |= dict(val_accuracy=accuracy(trained, val, torch.device("cpu")),
-                                seconds=round(seconds, 1), machine=machine.line(threads),
+                    run = train_model(model, task, cfg, seed)  # the engine, in a temporary run folder
+                    row |= dict(val_accuracy=accuracy(run.model, val, torch.device("cpu")),
+                                seconds=round(run.seconds, 1), machine=machine.line(threads),
                                 time=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
                     print(json.dumps(row), flush=True)
                     with log.open("a") as f:
                         f.write(json.dumps(row) + "\n")
 
 
+VAL_IMAGES = BirdsConfig().n_test  # validation images per (task, seed)
+
+
+def beats_chance(by_task: dict[str, list[float]]) -> bool:
+    """Whether a setting's mean validation accuracy beats chance on some task by more than two standard
+    errors of a guesser over all its images (seeds pooled: 0.018 for 3 seeds of 1,000 comparison images)."""
+    for task, accuracies in by_task.items():
+        chance = 1 / N_CLASSES[task]
+        if np.mean(accuracies) > chance + 2 * np.sqrt(chance * (1 - chance) / (VAL_IMAGES * len(accuracies))):
+            return True
+    return False
+
+
 def choose(rows: list[dict]) -> dict[str, dict]:
     """family -> the (lr, warmup) with the best mean validation accuracy over seeds and tasks, and the
-    grid it was chosen from: (lr, warmup) -> task -> per-seed accuracies."""
+    grid it was chosen from: (lr, warmup) -> task -> per-seed accuracies.
+
+    A family none of whose settings beats chance (:func:`beats_chance`) has nothing to choose by: the best
+    mean there is noise, so it takes the middle learning rate of its grid (``"at_chance": True``), a rule
+    fixed before the full sweep ran, the same for every family."""
     choice = {}
     for family in dict.fromkeys(r["family"] for r in rows):
         grid: dict[tuple[float, float], dict[str, list[float]]] = {}
         for r in sorted((r for r in rows if r["family"] == family), key=lambda r: r["seed"]):
             grid.setdefault((r["lr"], r["warmup"]), {}).setdefault(r["task"], []).append(r["val_accuracy"])
         score = {setting: float(np.mean([np.mean(v) for v in by_task.values()])) for setting, by_task in grid.items()}
-        best = max(score, key=lambda s: (score[s], -s[0]))  # a tie goes to the smaller learning rate
-        choice[family] = {"lr": best[0], "warmup": best[1], "grid": grid, "score": score}
+        at_chance = not any(beats_chance(by_task) for by_task in grid.values())
+        if at_chance:
+            settings = sorted(grid)
+            best = settings[(len(settings) - 1) // 2]
+        else:
+            best = max(score, key=lambda s: (score[s], -s[0]))  # a tie goes to the smaller learning rate
+        choice[family] = {"lr": best[0], "warmup": best[1], "grid": grid, "score": score, "at_chance": at_chance}
     return choice
 
 
@@ -127,7 +151,9 @@ def render(all_rows: list[dict]) -> str:
              "Written by `benchmarks/birds_calibration.py` from `birds_calibration.jsonl`. Each model trains on fresh",
              f"images ({', '.join(map(str, steps))} steps of 64; `twins` comparison scene) once per seed and is scored "
              "on that seed's validation images (their own random stream; no test image is read). Cells: mean ± sample "
-             "std (ddof 1) over seeds, then each seed. The choice maximises the mean over the tasks that ran. The "
+             "std (ddof 1) over seeds, then each seed. The choice maximises the mean over the tasks that ran; a family "
+             "none of whose settings beats chance by two standard errors of a guesser over its images (0.018 for 3 "
+             "seeds of 1,000 comparison images) has nothing to choose by and takes the grid's middle lr. The "
              f"token models (both Transformers, the token mixer) choose among runs with token norm `{TOKEN_NORM}` "
              "(`BirdsConfig.token_norm`: what each patch embedding gets before the position code is added); their "
              "runs with another are in the last table, not in the choice.",
@@ -137,7 +163,8 @@ def render(all_rows: list[dict]) -> str:
     for family, c in choice.items():
         model = parse_spec(next(r["model"] for r in rows if r["family"] == family)).label
         for (lr, warmup), by_task in sorted(c["grid"].items()):
-            chosen = "**yes**" if (lr, warmup) == (c["lr"], c["warmup"]) else ""
+            chosen = ("" if (lr, warmup) != (c["lr"], c["warmup"])
+                      else "**yes** (all at chance: the middle lr)" if c["at_chance"] else "**yes**")
             lines.append(f"| {model} | {lr:g} | {warmup:g} | {over_seeds(by_task.get('count', []))} | "
                          f"{over_seeds(by_task.get('compare', []))} | {c['score'][(lr, warmup)]:.3f} | {chosen} |")
     lines += ["", "Chosen (the sweep's `CALIBRATED`):", "", "```python",

@@ -29,7 +29,7 @@ import torch
 from harness import RESULTS, Machine, latest_per_process, over_seeds, read_jsonl
 
 from tokformer.tasks.birds.data import generate
-from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, make_split
+from tokformer.tasks.birds.experiment import BirdsConfig
 from tokformer.tasks.birds.mixing import (
     DIAGONALS,
     LABELS,
@@ -47,6 +47,7 @@ from tokformer.tasks.birds.mixing import (
     train_encoder,
     train_mixer,
 )
+from tokformer.tasks.birds.stream import TrainStream, make_split
 
 OUT = RESULTS / "birds_mixing"
 SIZES = (64, 96)
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> None:
                 encoder = encoder or train_encoder(seed, steps=args.encoder_steps)  # at 64 px, for every size
                 cfg = BirdsConfig(image_size=size, per_family={})
                 tokens = EncodedStream(TrainStream(cfg, task, seed), encoder_at(encoder, size))
-                held_out = make_split(cfg, task, seed, args.split)
+                held_out = make_split(cfg, task, seed, args.split, cfg.n_test)
                 held_out_tokens = encode(tokens.encoder, held_out)
                 for mixer, lr, steps in todo:
                     run_cfg = BirdsConfig(image_size=size, steps=steps, lr=lr, per_family={})

@@ -10,7 +10,7 @@ import torch
 from tokformer.engine import seed_everything
 from tokformer.tasks.birds.attention import bird_tokens, corner_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, BOTTOM_RIGHT, TOP_LEFT, TOP_RIGHT
-from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, accuracy, fit, make_split
+from tokformer.tasks.birds.experiment import BirdsConfig
 from tokformer.tasks.birds.mixing import (
     DIAGONALS,
     LABELS,
@@ -24,11 +24,13 @@ from tokformer.tasks.birds.mixing import (
     diagonal_attention_of,
     encode,
     encoder_at,
+    fit,
     mixing_parameters,
     token_accuracy,
     train_encoder,
     train_mixer,
 )
+from tokformer.tasks.birds.stream import TrainStream, accuracy, make_split
 
 GRID = (4, 4)
 
@@ -124,7 +126,7 @@ def test_the_shared_tokens_are_standardised_so_the_position_code_is_as_long_as_t
 def test_corner_attention_of_an_attention_mixer_is_read_from_the_patch_tokens() -> None:
     """No class token here: with queries and keys zeroed every token attends uniformly (mass = token share),
     and maps that send the top-right bird's tokens to the bottom-left bird's give mass 1 only at offset 0."""
-    test = make_split(BirdsConfig(image_size=64, n_test=8), "compare", seed=0, split="test")
+    test = make_split(BirdsConfig(image_size=64), "compare", seed=0, split="test", n=8)
     model = MixingModel(PatchEncoder(64).eval().requires_grad_(False), "attention-2", n_classes=2).eval()
     for block in model.mixer.encoder.blocks:
         torch.nn.init.zeros_(block.attn.qkv.weight[: 2 * WIDTH])  # q = k = bias: every logit the same
@@ -148,7 +150,7 @@ def test_corner_attention_of_an_attention_mixer_is_read_from_the_patch_tokens() 
 
 def test_diagonal_attention_names_every_route_and_finds_the_one_a_map_takes(monkeypatch) -> None:
     """Maps that send the top-left bird's tokens to the bottom-right bird's: mass 1 on that route only."""
-    test = make_split(BirdsConfig(image_size=64, n_test=6), "compare", seed=0, split="test")
+    test = make_split(BirdsConfig(image_size=64), "compare", seed=0, split="test", n=6)
     model = MixingModel(PatchEncoder(64).eval().requires_grad_(False), "attention-1", n_classes=2).eval()
     indices = np.arange(len(test.labels))
     pointed = torch.zeros(len(indices), 4, 16, 16)
@@ -168,7 +170,7 @@ def test_routes_split_by_label_find_a_model_that_reads_the_diagonal_where_the_tw
     """Maps that send the top-right bird to the bottom-left one in "same" images and the top-left bird to
     the bottom-right one in "different" images (the diagonal of the twins): over one label, each route
     carries mass 1 in that label's images; over both, every route gets about half."""
-    test = make_split(BirdsConfig(image_size=64, n_test=8), "compare", seed=0, split="test")
+    test = make_split(BirdsConfig(image_size=64), "compare", seed=0, split="test", n=8)
     model = MixingModel(PatchEncoder(64).eval().requires_grad_(False), "attention-1", n_classes=2).eval()
     pointed = torch.zeros(len(test.labels), 4, 16, 16)
     for b, label in enumerate(test.labels.tolist()):
@@ -217,7 +219,7 @@ def test_training_on_the_cached_tokens_is_training_on_the_images() -> None:
 
 def test_accuracy_on_encoded_test_tokens_is_the_accuracy_on_the_images() -> None:
     torch.manual_seed(0)
-    test = make_split(BirdsConfig(image_size=64, n_test=40), "compare", seed=1, split="test")
+    test = make_split(BirdsConfig(image_size=64), "compare", seed=1, split="test", n=40)
     model = MixingModel(PatchEncoder(64).eval().requires_grad_(False), "attention-1", n_classes=2)
     for p in model.readout.parameters():  # a readout far from chance on some images, not all
         torch.nn.init.normal_(p, std=1.0)

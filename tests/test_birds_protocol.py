@@ -17,8 +17,9 @@ from tokformer.errors import UsageError
 from tokformer.tasks.birds import experiment, run_experiment
 from tokformer.tasks.birds.data import generate
 from tokformer.tasks.birds.design import oracle_accuracies
-from tokformer.tasks.birds.experiment import BirdsConfig, TrainStream, make_split
+from tokformer.tasks.birds.experiment import BirdsConfig
 from tokformer.tasks.birds.models import READOUT_HIDDEN, build_model
+from tokformer.tasks.birds.stream import TrainStream, make_split
 
 CFG = BirdsConfig(image_size=32, batch_size=24)
 
@@ -26,7 +27,7 @@ CFG = BirdsConfig(image_size=32, batch_size=24)
 def test_training_batches_never_repeat_an_image_and_cross_chunk_boundaries() -> None:
     stream = TrainStream(CFG, "compare", seed=0)
     stream.chunk_size = 40  # 24-image batches straddle chunks 0/1, 1/2, ...
-    batches = [stream.batch(step)[0] for step in range(5)]  # 120 images, chunks 0-2
+    batches = [stream.batch(step, CFG.batch_size)[0] for step in range(5)]  # 120 images, chunks 0-2
     assert all(b.shape == (24, 3, 32, 32) for b in batches)
     images = torch.cat(batches).flatten(1)
     assert len(torch.unique(images, dim=0)) == len(images), "an image came back in a later batch"
@@ -38,9 +39,9 @@ def test_every_model_of_a_task_and_seed_sees_the_same_batches() -> None:
     first, again = TrainStream(CFG, "count", seed=3), TrainStream(CFG, "count", seed=3)
     other_seed = TrainStream(CFG, "count", seed=4)
     for step in (0, 7):
-        for a, b in zip(first.batch(step), again.batch(step), strict=True):
+        for a, b in zip(first.batch(step, 24), again.batch(step, 24), strict=True):
             assert torch.equal(a, b)
-    assert not torch.equal(first.batch(0)[0], other_seed.batch(0)[0])
+    assert not torch.equal(first.batch(0, 24)[0], other_seed.batch(0, 24)[0])
 
 
 def _resident_mb() -> float:
@@ -52,7 +53,7 @@ def test_a_training_stream_grows_by_the_images_it_keeps_not_by_the_drawings_scra
     """A 3,000-step run keeps 375 chunks; before the drawing returned its freed scratch memory each chunk
     grew the process by about 50 MB where it keeps 6.3 MB (an out-of-memory kill at 17 GB)."""
     stream = TrainStream(BirdsConfig(per_family={}), "compare", seed=0)
-    stream.batch(0)  # the first chunk, and whatever one-off allocations drawing makes
+    stream.batch(0, 64)  # the first chunk, and whatever one-off allocations drawing makes
     before = _resident_mb()
     for index in range(1, 7):
         stream._chunk(index)
@@ -69,8 +70,8 @@ def test_chunk_zero_is_the_split_as_it_always_was() -> None:
 
 def test_fixed_splits_are_for_validation_and_test_only() -> None:
     with pytest.raises(ValueError, match="TrainStream"):
-        make_split(CFG, "count", 0, "train")
-    assert len(make_split(BirdsConfig(image_size=32, n_test=6), "compare", 0, "val").labels) == 6
+        make_split(CFG, "count", 0, "train", 8)
+    assert len(make_split(BirdsConfig(image_size=32), "compare", 0, "val", 6).labels) == 6
 
 
 @pytest.mark.parametrize("name", ["global", "transformer-l1", "transformer-local-l1", "mixer-l1"])
@@ -101,11 +102,11 @@ def test_an_interrupted_sweep_resumes_without_redoing_finished_runs(tmp_path: Pa
     trained: list[tuple[str, str, int]] = []
     real_train, dies = experiment.train_model, [("pool-d1", "count", 1)]
 
-    def train(name, task, stream, cfg, seed, device, **options):
+    def train(name, task, cfg, seed, **options):
         if (name, task, seed) in dies:
             raise KeyboardInterrupt  # killed during this run
         trained.append((name, task, seed))
-        return real_train(name, task, stream, cfg, seed, device, **options)
+        return real_train(name, task, cfg, seed, **options)
 
     monkeypatch.setattr(experiment, "train_model", train)
     with pytest.raises(KeyboardInterrupt):

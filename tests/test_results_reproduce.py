@@ -165,6 +165,19 @@ def test_the_calibration_chooses_among_runs_made_as_the_sweep_runs_now() -> None
            "0.950 ± 0.000 (0.950 / 0.950) |" in other, other
 
 
+def test_a_family_at_chance_at_every_learning_rate_takes_the_middle_one() -> None:
+    """Two seeds of 1,000 comparison images: a guesser's mean has standard error 0.011, so a best of 0.515
+    is noise (the middle lr is taken, not 1e-2) and 0.53 is not (it is chosen)."""
+    def rows(best: float) -> list[dict]:
+        grid = ((1e-3, 0.51), (3e-3, 0.49), (1e-2, best))
+        return [_calibration_row("transformer-l2", s, lr, acc, token_norm="standardise") for s in (0, 1)
+                for lr, acc in grid]
+
+    assert birds_calibration.chosen_json(rows(0.515)) == {"transformer": {"lr": 3e-3, "warmup": 0.05}}
+    assert "**yes** (all at chance: the middle lr)" in birds_calibration.render(rows(0.515))
+    assert birds_calibration.chosen_json(rows(0.53)) == {"transformer": {"lr": 1e-2, "warmup": 0.05}}
+
+
 def test_the_vqa_results_and_their_docs_are_rendered_from_the_runs() -> None:
     import vqa_results
 

@@ -1,60 +1,65 @@
 """The sweep: every model x task x seed trained from scratch, evaluated on held-out images.
 
-Every model trains on fresh images at every step (:class:`TrainStream`: no image is seen twice,
-so no family wins by memorising a small training set), the same images in the same order for
-every model of a (task, seed); validation and test sets are fixed, each its own random stream.
-
-Many small models with seeds do not fit the engine's one-run-per-task shape, so this is
-a short training loop of its own that reuses the engine's pieces: AdamW with decay on
-matrices only and the warmup + cosine schedule (``tokformer.engine.optim``), seeding
-(``tokformer.engine.rng``) and progress bars (``tokformer.engine.progress``).
+Each run is one training of task ``birds`` (:mod:`tokformer.tasks.birds.task`) by the engine, in
+a folder of its own under the report's ``training/``: checkpoints (a killed run resumes from its
+last one), seeding, the schedule and evaluations on the validation split are the engine's. Every
+model trains on fresh images at every step, the same images in the same order for every model of
+a (task, seed) (:mod:`tokformer.tasks.birds.stream`). A finished run leaves one line in
+``runs.jsonl`` (test accuracy, time, parameters, its validation curve) and, for the first seed,
+its weights for the analysis figures; its training folder then goes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
-from torch import Tensor, nn
+from torch import nn
 
-from tokformer.engine import TrainConfig, build_optimizer, lr_at, progress, seed_everything, set_lr
+from tokformer.engine import LOGGER, load_run, progress, read_metrics, train
 from tokformer.errors import UsageError
-from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, BirdImages, Scene, generate
-from tokformer.tasks.birds.models import build_model, parse_spec, prefers_channels_last
+from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
+from tokformer.tasks.birds.models import build_model, parse_spec
 from tokformer.tasks.birds.report import write_report
+from tokformer.tasks.birds.stream import Drawing, SplitTensors, accuracy, make_split, shared_stream
 from tokformer.weights import count_parameters
 
 log = logging.getLogger("tokformer.birds")
 RUNS_LOG = "runs.jsonl"  # one line per finished training run, written as the sweep goes
+TRAINING_DIR = "training"  # the engine's folder of each run in progress (checkpoints: resume mid-run)
+EVALUATIONS = 4  # evaluations on the validation split per run (each saves a checkpoint), the last at its end
 SWEEP_FILE = "sweep.json"  # the config a report directory's runs belong to: what makes a resume safe
 MODELS_DIR = "models"  # the first seed's trained models, so a resumed sweep can still draw its analysis figures
 
 # Full-resolution conv stacks (no pooling) dominate the cost: one 64x64 3x3 conv layer costs as
 # much as a whole pooled CNN, so the no-pooling family is left to the analysis code and the tests
 # (RF 3 px for one layer, 17 px after 8, never near the ~45 px between the corners); pool-d1 (RF 4 px)
-# stands in for the shallow end. The extra-budget rows train the strongest CNN (global head) and the
-# local-tokenizer Transformer alike for three times the steps.
+# stands in for the shallow end. The extra-budget rows train one model of every family (the deepest CNN with
+# a local readout, the 2-layer token models) for three times the steps: the learning curve at 1x and 3x.
 FULL_MODELS: tuple[str, ...] = (
     "pool-d1", "pool-d2", "pool-d3", "pool-d4", "pool-d5", "pool-d6",
     "global", "mlp", "transformer-l1", "transformer-l2", "transformer-local-l1", "transformer-local-l2",
-    "mixer-l2", "global-x3", "transformer-local-l2-x3",
+    "mixer-l2", "pool-d6-x3", "global-x3", "mlp-x3", "transformer-l2-x3", "transformer-local-l2-x3", "mixer-l2-x3",
 )
 # family -> (learning rate, warmup fraction) for the sweep: benchmarks/birds_calibration.py's choice on
 # validation images (benchmarks/results/birds_calibration.md; the token models' among their runs with
-# standardised tokens). Both Transformers sit at chance at every learning rate of the grid at this budget,
-# so their choice is noise. A family not listed trains at BirdsConfig.lr and .warmup.
+# standardised tokens). Three families sit at chance at every learning rate of the grid on the comparison
+# (the max-pool CNN, whose receptive field cannot hold both birds, and both Transformers): with nothing to
+# choose by they take the grid's middle, 3e-3. A family not listed trains at BirdsConfig.lr and .warmup.
 CALIBRATED: dict[str, tuple[float, float]] = {
-    "pool": (0.01, 0.05), "global": (0.003, 0.05), "mlp": (0.001, 0.05), "transformer": (0.01, 0.05),
+    "pool": (0.003, 0.05), "global": (0.003, 0.05), "mlp": (0.001, 0.05), "transformer": (0.003, 0.05),
     "transformer-local": (0.003, 0.05), "mixer": (0.003, 0.05),
 }
 # Quick: the same families at one seed, fewer depths, no extra-budget rows.
@@ -117,7 +122,7 @@ class BirdsConfig:
 
 
 def full_config(**overrides) -> BirdsConfig:
-    """The full sweep: 15 models x 2 tasks x 3 seeds (about an hour on 2 CPU cores)."""
+    """The full sweep: 19 models x 2 tasks x 3 seeds (about an hour on 2 CPU cores)."""
     return BirdsConfig(**overrides)
 
 
@@ -138,22 +143,7 @@ class RunResult:
     train_seconds: float
     parameters: int
     accuracy_second: float | None = None  # at ``second_size``; None: the model takes one image size only
-
-
-@dataclass
-class SplitTensors:
-    """A split as tensors: images ``[N, 3, H, W]`` uint8, labels ``[N]``, species present
-    ``[N, N_SPECIES]`` (the auxiliary targets), plus its metadata."""
-
-    images: Tensor
-    labels: Tensor
-    species: Tensor
-    meta: BirdImages
-
-    @classmethod
-    def from_data(cls, data: BirdImages) -> SplitTensors:
-        images = torch.from_numpy(data.images).permute(0, 3, 1, 2).contiguous()  # [N, H, W, 3] -> [N, 3, H, W]
-        return cls(images, torch.from_numpy(data.labels), torch.from_numpy(data.species_present()), data)
+    curve: list[tuple[int, float]] = field(default_factory=list)  # validation accuracy at each evaluation
 
 
 @dataclass
@@ -166,128 +156,80 @@ class Sweep:
     test_sets: dict[str, SplitTensors] = field(default_factory=dict)  # task -> first seed's test split
 
 
-def make_split(cfg: BirdsConfig, task: str, seed: int, split: str, size: int | None = None) -> SplitTensors:
-    """The ``val`` or ``test`` images of ``task`` for ``seed`` (at side ``size``, default the
-    config's), as tensors. Each split is its own random stream: calibration uses ``val``."""
-    if split == "train":
-        raise ValueError("training images come from a TrainStream (fresh at every step), not a fixed split")
-    return SplitTensors.from_data(generate(task, cfg.n_test, seed, size=size or cfg.image_size, split=split,
-                                           extra_birds=cfg.extra_birds, scene=cfg.scene))
+@contextlib.contextmanager
+def _engine_lines_quiet() -> Iterator[None]:
+    """Within a sweep, the engine's own lines below errors are left out: the sweep says one line per
+    run, sets every option itself, and trains on images never seen before, where the engine's warning
+    that a rising held-out loss means overfitting does not hold. Records of other loggers pass untouched."""
+    engine = logging.getLogger(LOGGER)
+    errors_only = logging.Filter()
+    errors_only.filter = lambda record: record.levelno >= logging.ERROR  # type: ignore[method-assign]
+    engine.addFilter(errors_only)
+    try:
+        yield
+    finally:
+        engine.removeFilter(errors_only)
 
 
-class TrainStream:
-    """Fresh training images for every step: batch ``k`` is images ``k * B .. (k + 1) * B`` of the
-    split's never-repeating stream (chunks 0, 1, 2, ... of :func:`generate`).
-
-    Chunks are generated when first asked for and kept, so every model of a (task, seed) trains
-    on the same images in the same order and the drawing is paid once: about 2 ms an image at
-    64 px, and 12 kB each in memory (the longest run of the full sweep holds about 0.7 GB).
-    """
-
-    chunk_size = 512
-
-    def __init__(self, cfg: BirdsConfig, task: str, seed: int) -> None:
-        self.cfg, self.task, self.seed = cfg, task, seed
-        self._chunks: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
-
-    def _chunk(self, index: int) -> tuple[Tensor, Tensor, Tensor]:
-        if index not in self._chunks:
-            data = generate(self.task, self.chunk_size, self.seed, size=self.cfg.image_size, split="train",
-                            extra_birds=self.cfg.extra_birds, scene=self.cfg.scene, chunk=index)
-            split = SplitTensors.from_data(data)
-            self._chunks[index] = (split.images, split.labels, split.species)
-        return self._chunks[index]
-
-    def batch(self, step: int) -> tuple[Tensor, Tensor, Tensor]:
-        """Images ``[B, 3, H, W]`` uint8, labels ``[B]``, species present ``[B, N_SPECIES]`` of ``step``."""
-        start, stop = step * self.cfg.batch_size, (step + 1) * self.cfg.batch_size
-        parts = []
-        for index in range(start // self.chunk_size, (stop - 1) // self.chunk_size + 1):
-            lo = max(start - index * self.chunk_size, 0)
-            hi = min(stop - index * self.chunk_size, self.chunk_size)
-            parts.append([t[lo:hi] for t in self._chunk(index)])
-        images, labels, species = (torch.cat(ts) if len(ts) > 1 else ts[0] for ts in zip(*parts, strict=True))
-        return images, labels, species
-
-    def inputs(self, step: int, device: torch.device, channels_last: bool) -> tuple[Tensor, Tensor, Tensor]:
-        """What :func:`fit` feeds the model at ``step``: the batch's images as floats in [0, 1] on
-        ``device``, its labels and species present."""
-        images, labels, species = self.batch(step)
-        return to_float(images, device, channels_last), labels, species
-
-
-def to_float(images: Tensor, device: torch.device, channels_last: bool) -> Tensor:
-    """uint8 ``[B, 3, H, W]`` -> float in [0, 1] on ``device`` (channels-last for conv nets)."""
-    x = images.to(device).float().div_(255)
-    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
-
-
-def accuracy(model: nn.Module, split: SplitTensors, device: torch.device, batch_size: int = 250) -> float:
-    """Fraction of ``split`` classified correctly."""
-    cl, classes = prefers_channels_last(model), N_CLASSES[split.meta.task]  # the rest are auxiliary species logits
-    return batched_accuracy(model, lambda rows: model(to_float(split.images[rows], device, cl))[:, :classes],
-                            split.labels, batch_size)
-
-
-@torch.no_grad()
-def batched_accuracy(model: nn.Module, logits: Callable[[slice], Tensor], labels: Tensor, batch_size: int) -> float:
-    """Fraction of ``labels`` that the argmax of ``logits(rows)`` gets right, ``batch_size`` rows at a time,
-    with ``model`` in eval mode meanwhile (dropout off, norms on their running statistics)."""
-    model.eval()
-    correct = 0
-    for i in range(0, len(labels), batch_size):
-        rows = slice(i, i + batch_size)
-        correct += int((logits(rows).argmax(dim=-1).cpu() == labels[rows]).sum())
-    model.train()
-    return correct / len(labels)
-
-
-def train_model(name: str, task: str, train: TrainStream, cfg: BirdsConfig, seed: int,
-                device: torch.device, **model_options: Any) -> tuple[nn.Module, float]:
-    """Train model ``name`` (built with ``model_options``, initialised from ``seed``) on ``train``'s
-    fresh batches for ``cfg.steps`` steps (times the name's ``-xN`` multiple); returns the model and
-    the seconds taken (image drawing excluded: the stream's chunks are shared by the models)."""
-    seed_everything(seed)
+def run_settings(name: str, task: str, cfg: BirdsConfig, seed: int) -> dict[str, Any]:
+    """The engine config of one sweep run: model ``name`` on ``task``, images and weights from ``seed``,
+    ``cfg.steps`` times the name's ``-xN`` multiple, the family's calibrated learning rate and warmup,
+    :data:`EVALUATIONS` evaluations on the validation split (``cfg.n_test`` images)."""
     spec = parse_spec(name)
     lr, warmup = cfg.per_family.get(spec.family, (cfg.lr, cfg.warmup))
-    model = build_model(name, _n_outputs(task, cfg), cfg.image_size, token_norm=cfg.token_norm,
-                        **model_options).to(device)
-    if prefers_channels_last(model):
-        model = model.to(memory_format=torch.channels_last)
-    seconds = fit(model, task, train, cfg, steps=cfg.steps * spec.budget, lr=lr, warmup=warmup, seed=seed,
-                  species_aux=cfg.species_aux)
-    return model, seconds
+    steps = cfg.steps * spec.budget
+    return {
+        "task": {"name": "birds", "model": name, "question": task, "image_size": cfg.image_size,
+                 "token_norm": cfg.token_norm, "species_aux": cfg.species_aux, "scene": cfg.scene,
+                 "extra_birds": cfg.extra_birds, "data_seed": seed, "eval_size": cfg.n_test},
+        "train": {"steps": steps, "batch_size": cfg.batch_size, "lr": lr, "warmup_steps": max(1, round(warmup * steps)),
+                  "weight_decay": cfg.weight_decay, "seed": seed, "device": cfg.device, "keep_last": 1,
+                  "eval_every": -(-steps // EVALUATIONS), "log_every": -(-steps // EVALUATIONS)},
+    }
 
 
-def fit(model: nn.Module, task: str, train: TrainStream, cfg: BirdsConfig, *, steps: int, lr: float,
-        warmup: float, seed: int, species_aux: float) -> float:
-    """The sweep's training loop, shared by every track: AdamW (decay on matrices only), warmup +
-    cosine, gradient clipping, fresh batches from ``train`` (a :class:`TrainStream`, or any stream
-    with its ``inputs``); with ``species_aux`` > 0 the logits past the task's classes also predict
-    the species present. Returns the seconds spent training (drawing the inputs excluded)."""
-    device = next(model.parameters()).device
-    cl = prefers_channels_last(model)
-    n_classes = N_CLASSES[task]
-    train_cfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=lr, weight_decay=cfg.weight_decay,
-                            warmup_steps=max(1, round(warmup * steps)), seed=seed)
-    optimizer = build_optimizer(model, train_cfg)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    seconds = 0.0
-    for step in range(steps):
-        inputs, labels, species = train.inputs(step, device, cl)  # [B, 3, H, W] (or tokens), [B], [B, N_SPECIES]
-        start = time.perf_counter()
-        set_lr(optimizer, lr_at(step, train_cfg))
-        logits = model(inputs)  # [B, n_classes (+ N_SPECIES)]
-        loss = F.cross_entropy(logits[:, :n_classes], labels.to(device))
-        if species_aux > 0:
-            aux = F.binary_cross_entropy_with_logits(logits[:, n_classes:], species.to(device))
-            loss = loss + species_aux * aux
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(trainable, train_cfg.grad_clip)
-        optimizer.step()
-        seconds += time.perf_counter() - start
-    return seconds
+class SweepInterrupted(KeyboardInterrupt):
+    """A signal (Ctrl-C, SIGTERM) stopped a run; its checkpoint is saved, so the same command resumes it.
+    ``signal``: the signal's number (a command exits with 128 + it)."""
+
+    def __init__(self, message: str, signal: int | None) -> None:
+        super().__init__(message)
+        self.signal = signal
+
+
+@dataclass
+class TrainedRun:
+    """A run the engine finished: the model as trained (last step), its training seconds in this
+    process (image drawing excluded) and its validation accuracy at each evaluation ``[(step, acc)]``."""
+
+    model: nn.Module
+    seconds: float
+    curve: list[tuple[int, float]]
+
+
+def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: Path | None = None) -> TrainedRun:
+    """Train model ``name`` on ``task`` with ``seed`` through the engine (:func:`run_settings`), in
+    ``run_dir``: a folder that holds this run's unfinished training is resumed from its last checkpoint
+    (a run cut short by a signal or a crash loses at most a quarter of its steps). Without ``run_dir``
+    the run lives in a temporary folder. Raises when a signal stopped the run (its
+    checkpoint saved): :class:`SweepInterrupted`."""
+    if run_dir is None:
+        with tempfile.TemporaryDirectory(prefix="tokformer-birds-") as scratch:
+            return train_model(name, task, cfg, seed, run_dir=Path(scratch) / "run")
+    stream = shared_stream(Drawing.of(cfg), task, seed)  # the task's own: timing can leave its drawing out
+    drawn, start = stream.drawing_seconds, time.perf_counter()
+    with _engine_lines_quiet():
+        if run_dir.exists():
+            result = train(resume=run_dir, quiet=True)
+        else:
+            result = train(run_settings(name, task, cfg, seed), quiet=True, run_dir=str(run_dir))
+    seconds = time.perf_counter() - start - (stream.drawing_seconds - drawn)
+    if result.interrupted:
+        raise SweepInterrupted(f"stopped at step {result.step} of {name} on {task}, seed {seed}; its checkpoint "
+                               "is saved and the same command resumes there", result.signal)
+    _, model = load_run(run_dir, "latest", cfg.device)
+    curve = [(r["step"], float(r["accuracy"])) for r in read_metrics(run_dir) if r.get("split") == "eval"]
+    return TrainedRun(model, seconds, curve)
 
 
 def _model_path(out: Path, name: str, task: str) -> Path:
@@ -370,12 +312,13 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
                      len(cfg.seeds) * len(cfg.tasks) * len(cfg.models))
     for seed in cfg.seeds:
         for task in cfg.tasks:
-            train, test = TrainStream(cfg, task, seed), make_split(cfg, task, seed, "test")
-            second = make_split(cfg, task, seed, "test", cfg.second_size) if cfg.second_size else None
+            test = make_split(cfg, task, seed, "test", cfg.n_test)
+            second = make_split(cfg, task, seed, "test", cfg.n_test, cfg.second_size) if cfg.second_size else None
             sweep.test_sets.setdefault(task, test)
             for name in cfg.models:
                 if (name, task, seed) in done:
                     sweep.results.append(done[(name, task, seed)])
+                    shutil.rmtree(out / TRAINING_DIR / f"{name}-{task}-seed{seed}", ignore_errors=True)  # recorded
                     if seed == cfg.seeds[0]:
                         model = build_model(name, _n_outputs(task, cfg), cfg.image_size, token_norm=cfg.token_norm)
                         model.load_state_dict(load_file(_model_path(out, name, task)))
@@ -385,10 +328,12 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
                     continue
                 if progress_bar is not None:
                     progress_bar.set_postfix_str(f"seed {seed} {task} {name}")
-                model, seconds = train_model(name, task, train, cfg, seed, device)
+                run_dir = out / TRAINING_DIR / f"{name}-{task}-seed{seed}" if out is not None else None
+                trained = train_model(name, task, cfg, seed, run_dir=run_dir)
+                model, seconds = trained.model, trained.seconds
                 acc = accuracy(model, test, device)
                 acc_second = accuracy(model, second, device) if second and parse_spec(name).any_size else None
-                result = RunResult(name, task, seed, acc, seconds, count_parameters(model), acc_second)
+                result = RunResult(name, task, seed, acc, seconds, count_parameters(model), acc_second, trained.curve)
                 sweep.results.append(result)
                 if seed == cfg.seeds[0]:
                     sweep.models[(name, task)] = model.cpu().eval()
@@ -398,12 +343,26 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
                 if out is not None:
                     with (out / RUNS_LOG).open("a") as f:
                         f.write(json.dumps(asdict(result)) + "\n")
+                    shutil.rmtree(run_dir)  # recorded: its checkpoints are not needed any more
                 log.info("seed %d  %-7s  %-15s acc %.3f  (%.0fs)", seed, task, name, acc, seconds)
                 if progress_bar is not None:
                     progress_bar.update(1)
         if on_seed_done is not None:
             on_seed_done(sweep)
+    if out is not None and (out / TRAINING_DIR).is_dir() and not any((out / TRAINING_DIR).iterdir()):
+        (out / TRAINING_DIR).rmdir()  # every run recorded
     return sweep
+
+
+def _elapsed_before(out: Path) -> float:
+    """Seconds the processes before this one spent on the sweep in ``out``, as its last report says (0 for
+    a new sweep): a resumed sweep's report counts them too (the minutes after that report, if a crash
+    came later, are not known)."""
+    try:
+        elapsed = json.loads((out / "results.json").read_text()).get("elapsed_seconds", 0.0)
+    except (OSError, ValueError, AttributeError):
+        return 0.0
+    return float(elapsed) if isinstance(elapsed, (int, float)) and elapsed >= 0 else 0.0
 
 
 def _seeds_done(sweep: Sweep) -> int:
@@ -439,12 +398,13 @@ def run_experiment(
     if config is None:
         overrides = {"device": device} | ({"seeds": tuple(seeds)} if seeds else {})
         config = quick_config(**overrides) if quick else full_config(**overrides)
-    start = time.perf_counter()
+    start, out = time.perf_counter(), Path(out_dir)
+    finished_runs(out, config)  # a folder holding anything but a sweep of this config is refused before it is read
+    before = _elapsed_before(out)
     total = len(config.seeds) * len(config.tasks) * len(config.models)
-    out = Path(out_dir)
     command = "tokformer birds" + (" --quick" if quick else "") + (
         f" --seeds {','.join(map(str, config.seeds))}" if seeds else "")
-    report = lambda sweep: write_report(sweep, out, elapsed=time.perf_counter() - start, command=command)
+    report = lambda sweep: write_report(sweep, out, elapsed=before + time.perf_counter() - start, command=command)
     with progress(not quiet, total=total, desc="birds", unit="run") as bar:
         # a report after every seed but the last: a long run is readable (and useful) before it ends
         sweep = run_sweep(config, progress_bar=bar, out=out,

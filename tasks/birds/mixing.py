@@ -25,6 +25,7 @@ image sizes and writes the accuracy and parameter table.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,8 +48,9 @@ from tokformer.tasks.birds.data import (
     BirdImages,
     generate,
 )
-from tokformer.tasks.birds.experiment import BirdsConfig, SplitTensors, TrainStream, batched_accuracy, fit
-from tokformer.tasks.birds.models import PIXEL_MEAN, PIXEL_STD, READOUT_HIDDEN, TokenMixingBlock
+from tokformer.tasks.birds.experiment import BirdsConfig
+from tokformer.tasks.birds.models import PIXEL_MEAN, PIXEL_STD, READOUT_HIDDEN, TokenMixingBlock, prefers_channels_last
+from tokformer.tasks.birds.stream import SplitTensors, TrainStream, batched_accuracy
 from tokformer.tokenizers.image import grid_positions
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
 from tokformer.transformer import Encoder
@@ -245,15 +247,50 @@ class EncodedStream:
         self._tokens: dict[int, Tensor] = {}
 
     @torch.no_grad()
-    def inputs(self, step: int, device: torch.device, channels_last: bool) -> tuple[Tensor, Tensor, Tensor]:
+    def inputs(self, step: int, batch_size: int, device: torch.device,
+               channels_last: bool) -> tuple[Tensor, Tensor, Tensor]:
         """Tokens ``[B, N, d]``, labels ``[B]`` and species present of ``step`` (``channels_last``:
         images only, ignored)."""
         if step not in self._tokens:  # the images are only drawn into floats the first time
-            images, labels, species = self.stream.inputs(step, device, channels_last=False)
+            images, labels, species = self.stream.inputs(step, batch_size, device, channels_last=False)
             self._tokens[step] = self.encoder.to(device)(images)
         else:
-            _, labels, species = self.stream.batch(step)
+            _, labels, species = self.stream.batch(step, batch_size)
         return self._tokens[step], labels, species
+
+
+def fit(model: nn.Module, task: str, train: TrainStream, cfg: BirdsConfig, *, steps: int, lr: float,
+        warmup: float, seed: int, species_aux: float) -> float:
+    """The mixing track's training loop: the engine's optimiser and schedule (AdamW with decay on
+    matrices only, warmup + cosine, gradient clipping at 1) over fresh batches from ``train`` (an
+    :class:`EncodedStream`, or any stream with its ``inputs``), without the engine's run folder: the
+    mixers train on tokens encoded once per step for all of them, not on images. With ``species_aux``
+    > 0 the logits past the task's classes also predict the species present. Returns the seconds spent
+    training (computing the inputs excluded). ``tests/test_birds_task.py`` checks it against the engine."""
+    device = next(model.parameters()).device
+    cl = prefers_channels_last(model)
+    n_classes = N_CLASSES[task]
+    train_cfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=lr, weight_decay=cfg.weight_decay,
+                            warmup_steps=max(1, round(warmup * steps)), seed=seed)
+    optimizer = build_optimizer(model, train_cfg)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    seconds = 0.0
+    for step in range(steps):
+        # [B, 3, H, W] (or tokens), [B], [B, N_SPECIES]
+        inputs, labels, species = train.inputs(step, cfg.batch_size, device, cl)
+        start = time.perf_counter()
+        set_lr(optimizer, lr_at(step, train_cfg))
+        logits = model(inputs)  # [B, n_classes (+ N_SPECIES)]
+        loss = F.cross_entropy(logits[:, :n_classes], labels.to(device))
+        if species_aux > 0:
+            aux = F.binary_cross_entropy_with_logits(logits[:, n_classes:], species.to(device))
+            loss = loss + species_aux * aux
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(trainable, train_cfg.grad_clip)
+        optimizer.step()
+        seconds += time.perf_counter() - start
+    return seconds
 
 
 def mixing_parameters(model: MixingModel) -> int:

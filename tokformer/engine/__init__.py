@@ -8,6 +8,7 @@ group collectives, progress, atomic writes). Its modules are internal.
 """
 
 from tokformer.engine.api import evaluate, train
+from tokformer.engine.metrics import read_metrics
 from tokformer.engine.optim import build_optimizer, lr_at, set_lr
 from tokformer.engine.progress import LOGGER, progress
 from tokformer.engine.report import Evaluation, over_seeds
@@ -53,6 +54,7 @@ __all__ = [
     "name_of",
     "over_seeds",
     "progress",
+    "read_metrics",
     "read_json_object",
     "register_task",
     "resolve_config",
