@@ -14,7 +14,15 @@ from tokformer.tasks.birds import BirdsConfig, run_experiment
 from tokformer.tasks.birds.data import N_CLASSES
 from tokformer.tasks.birds.experiment import RunResult, Sweep
 from tokformer.tasks.birds.models import build_model, parse_spec
-from tokformer.tasks.birds.report import FIGURES, results_table, table_rows
+from tokformer.tasks.birds.report import (
+    FIGURES,
+    budget_groups,
+    budget_table,
+    curve_table,
+    mean_curve,
+    results_table,
+    table_rows,
+)
 
 TINY = BirdsConfig(image_size=32, n_test=32, second_size=48, steps=2, batch_size=16,
                    models=("local-d1", "pool-d2", "global", "transformer-l1", "transformer-local-l1", "mixer-l1",
@@ -106,3 +114,47 @@ def test_table_shows_every_seed_in_seed_order(tmp_path: Path) -> None:
     cells = _table_cells(tmp_path)
     for task, accs in SEED_ACCURACY.items():
         assert _cell(cells[task])[2] == pytest.approx(accs, abs=5e-4), f"{task}: {cells[task]!r}"
+
+
+def _run(model: str, task: str, seed: int, accuracy: float, curve: list[tuple[int, float]] = ()) -> RunResult:
+    return RunResult(model, task, seed, accuracy, 1.0 + parse_spec(model).budget, 123, None, list(curve))
+
+
+def test_a_mean_curve_averages_the_evaluations_every_seed_has() -> None:
+    """A run resumed after a stop has one more point (where the stop saved): left out, not averaged with nothing."""
+    results = [_run("mlp", "compare", 0, 0.7, [(2, 0.5), (4, 0.7)]),
+               _run("mlp", "compare", 1, 0.9, [(2, 0.6), (3, 0.65), (4, 0.9)]),
+               _run("mlp", "count", 0, 0.1, [(2, 0.1), (4, 0.1)])]
+    assert mean_curve(results, "mlp", "compare") == [(2, pytest.approx(0.55)), (4, pytest.approx(0.8))]
+    assert mean_curve(results, "global", "compare") == []
+
+
+def _sweep(results: list[RunResult], models: tuple[str, ...]) -> Sweep:
+    cfg = BirdsConfig(image_size=32, n_test=8, second_size=0, steps=100, models=models, seeds=(0, 1))
+    built = {(m, task): build_model(m, N_CLASSES[task], 32) for m in models for task in cfg.tasks}
+    return Sweep(cfg, results, built)
+
+
+def test_the_budget_table_puts_each_budgets_runs_in_its_own_column() -> None:
+    seeds = {("mlp", "count"): (0.4, 0.5), ("mlp", "compare"): (0.6, 0.7),
+             ("mlp-x3", "count"): (0.8, 0.9), ("mlp-x3", "compare"): (0.91, 0.93)}
+    results = [_run(m, t, s, a) for (m, t), accs in seeds.items() for s, a in enumerate(accs)]
+    sweep = _sweep(results, ("mlp", "mlp-x3"))
+    rows = table_rows(sweep)
+    assert list(budget_groups(rows)) == ["mlp"]
+    header, _, line = budget_table(rows, steps=100).splitlines()
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in line.split("|")], strict=True))
+    assert cells["model"] == parse_spec("mlp").label
+    for (model, task), accs in seeds.items():
+        budget = parse_spec(model).budget
+        column = f"{'counting' if task == 'count' else 'comparison'} {budget}x ({budget * 100:,} steps)"
+        assert _cell(cells[column])[2] == pytest.approx(list(accs)), column
+    assert cells["seconds / run at 1x, 3x"] == "2 / 4"
+
+
+def test_the_curve_table_says_whether_a_run_was_still_learning() -> None:
+    results = [_run("mlp", "compare", s, 0.7, [(25, 0.5), (50, 0.6), (75, 0.65), (100, 0.7)]) for s in (0, 1)]
+    results += [_run("mlp", "count", s, 0.9, [(25, 0.5), (50, 0.9), (75, 0.905), (100, 0.9)]) for s in (0, 1)]
+    lines = curve_table(_sweep(results, ("mlp",))).splitlines()[2:]
+    assert lines == [f"| {parse_spec('mlp').label} | count | 25: 0.500, 50: 0.900, 75: 0.905, 100: 0.900 | no |",
+                     f"| {parse_spec('mlp').label} | compare | 25: 0.500, 50: 0.600, 75: 0.650, 100: 0.700 | yes |"]

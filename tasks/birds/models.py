@@ -275,6 +275,16 @@ class ModelSpec:
     budget: int = 1
 
     @property
+    def base(self) -> str:
+        """The name without its step multiple (``mixer-l2-x3`` -> ``mixer-l2``): the same model at another budget."""
+        return re.sub(r"-x\d+$", "", self.name)
+
+    @property
+    def base_label(self) -> str:
+        """:attr:`label` without the step multiple."""
+        return parse_spec(self.base).label
+
+    @property
     def label(self) -> str:
         """Human-readable name for tables and plots."""
         layers = f"{self.depth} layer{'s' if self.depth > 1 else ''}"

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from tokformer.tasks.birds.experiment import RunResult, Sweep
 
-FIGURES = ("samples.png", "accuracy_vs_depth.png", "receptive_fields.png", "attention.png")
+FIGURES = ("samples.png", "accuracy_vs_depth.png", "learning_curves.png", "receptive_fields.png", "attention.png")
 CHANCE = {"count": 0.25, "compare": 0.5}
 REFERENCE_COLOURS = ["tab:green", "tab:red", "tab:purple", "tab:brown"]
 
@@ -106,6 +106,84 @@ def table_rows(sweep: Sweep) -> list[ModelRow]:
                              count.mean, count.std, compare.mean, compare.std, float(seconds), spec.budget,
                              count.second, compare.second, count.seeds, compare.seeds))
     return rows
+
+
+def mean_curve(results: list[RunResult], name: str, task: str) -> list[tuple[int, float]]:
+    """``name``'s validation accuracy on ``task`` at each evaluation its runs share, averaged over seeds
+    (a run cut short and resumed has one more point, where its stop saved; points not in every run go)."""
+    curves = [dict(r.curve) for r in results if r.model == name and r.task == task and r.curve]
+    if not curves:
+        return []
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    return [(step, float(np.mean([c[step] for c in curves]))) for step in steps]
+
+
+def budget_groups(rows: list[ModelRow]) -> dict[str, dict[int, ModelRow]]:
+    """Models run at more than one step budget: base model name -> budget -> its row."""
+    groups: dict[str, dict[int, ModelRow]] = {}
+    for r in rows:
+        groups.setdefault(parse_spec(r.model).base, {})[r.budget] = r
+    return {base: by_budget for base, by_budget in groups.items() if len(by_budget) > 1}
+
+
+def budget_table(rows: list[ModelRow], steps: int) -> str:
+    """Held-out accuracy, time and size at each step budget, per model run at more than one."""
+    groups = budget_groups(rows)
+    budgets = sorted({b for by_budget in groups.values() for b in by_budget})
+    heads = " | ".join(f"{task} {b}x ({b * steps:,} steps)" for task in ("counting", "comparison") for b in budgets)
+    lines = [f"| model | parameters | {heads} | seconds / run at {', '.join(f'{b}x' for b in budgets)} |",
+             "|---|---:|" + "---:|" * (2 * len(budgets)) + "---:|"]
+    for by_budget in groups.values():
+        first = by_budget[min(by_budget)]
+        cells = [over_seeds(getattr(by_budget[b], f"{task}_seeds")) if b in by_budget else "—"
+                 for task in ("count", "compare") for b in budgets]
+        seconds = " / ".join(f"{by_budget[b].seconds:.0f}" if b in by_budget else "—" for b in budgets)
+        lines.append(f"| {parse_spec(first.model).base_label} | {first.parameters:,} | {' | '.join(cells)} | "
+                     f"{seconds} |")
+    return "\n".join(lines)
+
+
+def curve_table(sweep: Sweep) -> str:
+    """Validation accuracy at each quarter of every run, mean over seeds: whether a model was still learning."""
+    lines = ["| model | task | validation accuracy at each quarter of the run (step: accuracy) | still rising? |",
+             "|---|---|---|:---:|"]
+    for name in sweep.config.models:
+        for task in sweep.config.tasks:
+            curve = mean_curve(sweep.results, name, task)
+            if len(curve) < 2:
+                continue
+            points = ", ".join(f"{step}: {acc:.3f}" for step, acc in curve)
+            rising = curve[-1][1] - curve[-2][1] > 0.01  # more than noise over the last quarter
+            lines.append(f"| {parse_spec(name).label} | {task} | {points} | {'yes' if rising else 'no'} |")
+    return "\n".join(lines)
+
+
+def plot_curves(path: Path, sweep: Sweep) -> None:
+    """Validation accuracy during training, per task: one colour per model run at several budgets, a line
+    per budget (solid 1x, dashed longer), mean over seeds."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    bases = list(dict.fromkeys(parse_spec(n).base for n in sweep.config.models))
+    grouped = [b for b in bases if sum(parse_spec(n).base == b for n in sweep.config.models) > 1] or bases
+    colours = dict(zip(grouped, plt.get_cmap("tab10").colors, strict=False))
+    for ax, task, title in ((axes[0], "count", "How many birds?"), (axes[1], "compare", "Same species?")):
+        for name in sweep.config.models:
+            spec = parse_spec(name)
+            curve = mean_curve(sweep.results, name, task)
+            if spec.base not in colours or not curve:
+                continue
+            ax.plot(*zip(*curve, strict=True), marker="o", markersize=3, color=colours[spec.base],
+                    linestyle="-" if spec.budget == 1 else "--", label=f"{spec.base}, {spec.budget}x")
+        ax.axhline(CHANCE[task], color="grey", linestyle=":", label="chance")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("training step")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="lower right", ncol=2)
+    axes[0].set_ylabel("validation accuracy (mean over seeds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _corner_pairs(sweep: Sweep) -> tuple[np.ndarray, np.ndarray]:
@@ -507,6 +585,7 @@ def write_report(sweep: Sweep, out_dir: str | Path, *, elapsed: float, command: 
     attention = attention_summary(sweep)
     plot_samples(out / "samples.png", cfg.image_size, cfg.seeds[0], cfg.extra_birds, cfg.scene)
     plot_accuracy(out / "accuracy_vs_depth.png", rows)
+    plot_curves(out / "learning_curves.png", sweep)
     plot_receptive_fields(out / "receptive_fields.png", sweep)
     if attention is not None:
         plot_attention(out / "attention.png", sweep, attention)
@@ -515,12 +594,28 @@ def write_report(sweep: Sweep, out_dir: str | Path, *, elapsed: float, command: 
         "runs": [asdict(r) for r in sweep.results], "table": [asdict(r) for r in rows],
     }, indent=2) + "\n")
     seeds_done = sorted({r.seed for r in sweep.results})
-    markdown = _markdown(cfg, rows, attention, elapsed, command, seeds_done)
+    markdown = _markdown(cfg, rows, attention, elapsed, command, seeds_done, curve_section(sweep, rows))
     (out / "report.md").write_text(markdown)
     return out / "report.md"
 
 
-def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str, seeds_done: list[int]) -> str:
+def curve_section(sweep: Sweep, rows: list[ModelRow]) -> str:
+    """The learning curves: accuracy at each step budget run, and validation accuracy during every run."""
+    parts = []
+    if budget_groups(rows):
+        parts += ["Held-out test accuracy at each step budget run (the schedule stretched to fit: a *N*x run is a "
+                  "run of its own, not the 1x run continued), mean ± sample std over seeds, then each seed:", "",
+                  budget_table(rows, sweep.config.steps), ""]
+    if any(r.curve for r in sweep.results):
+        parts += ["Validation accuracy during training (the engine evaluates every run at each quarter of its "
+                  "steps on the validation images; mean over seeds). \"Still rising\": more than 0.01 gained over "
+                  "the last quarter, so the budget, not the architecture, may be what stops it:", "",
+                  curve_table(sweep), "", "![learning curves](learning_curves.png)"]
+    return "\n".join(parts) if parts else "_One budget, and no validation curves, in this sweep._"
+
+
+def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str, seeds_done: list[int],
+              curves: str) -> str:
     seeds = ", ".join(str(s) for s in seeds_done)
     if len(seeds_done) < len(cfg.seeds):
         seeds += f" (**partial report: {len(seeds_done)} of {len(cfg.seeds)} seeds done so far**)"
@@ -563,8 +658,10 @@ image is seen twice, so no family gains by memorising), the same images in the s
 a task and seed; {cfg.n_test} held-out test images per task and seed come from an independent random stream.
 Every model gets the same budget: {cfg.steps} AdamW steps of {cfg.batch_size} images, weight decay
 {cfg.weight_decay}, {_lr_text(cfg)}; seeds {seeds}.
-Rows marked *N*x steps train the same model *N* times as many steps (the schedule stretched to fit);
-they are given to the strongest CNN and to the Transformer alike, and compared only with each other.
+Rows marked *N*x steps train the same model *N* times as many steps (the schedule stretched to fit), one
+model of each family alike ("Learning curves" below). Each run is task `birds` trained by tokformer's engine
+(`tokformer train birds`: checkpoints, so an interrupted run resumes where it stopped; validation at each
+quarter of the run).
 {_second_text(cfg)}
 The step budget, the Transformer's patch size and the local tokenizer's CNN were calibrated for the
 first version of this experiment (the `pair` scene, a fixed training set) on a validation split, a
@@ -622,6 +719,10 @@ wall-clock seconds per training run on this machine.
 {bullets}
 
 ![accuracy vs depth](accuracy_vs_depth.png)
+
+## Learning curves
+
+{curves}
 
 ## Receptive fields
 
