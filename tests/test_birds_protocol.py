@@ -155,6 +155,35 @@ def test_a_sweep_of_another_config_is_refused_not_mixed(tmp_path: Path) -> None:
     assert (out / "runs.jsonl").read_text() == before
 
 
+def test_a_sweep_with_models_added_trains_only_theirs_and_one_with_models_dropped_is_refused(
+        tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "sweep"
+    one = BirdsConfig(**{**SWEEP.__dict__, "models": ("mlp",), "seeds": (0,)})
+    run_experiment(out, config=one, quiet=True)
+    trained: list[tuple[str, str, int]] = []
+    real_train = experiment.train_model
+
+    def train(name, task, cfg, seed, **options):
+        trained.append((name, task, seed))
+        return real_train(name, task, cfg, seed, **options)
+
+    monkeypatch.setattr(experiment, "train_model", train)
+    more = BirdsConfig(**{**one.__dict__, "models": ("mlp", "pool-d1")})
+    run_experiment(out, config=more, quiet=True)
+    assert trained == [("pool-d1", "count", 0), ("pool-d1", "compare", 0)]
+    assert json.loads((out / "sweep.json").read_text())["models"] == ["mlp", "pool-d1"]
+    before = (out / "runs.jsonl").read_text()
+    with pytest.raises(UsageError, match="another configuration"):
+        run_experiment(out, config=BirdsConfig(**{**one.__dict__, "models": ("pool-d1",)}), quiet=True)
+    assert (out / "runs.jsonl").read_text() == before
+
+
+def test_a_sweep_without_the_comparison_is_refused_before_it_trains(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="needs the comparison task"):
+        run_experiment(tmp_path / "sweep", config=BirdsConfig(**{**SWEEP.__dict__, "tasks": ("count",)}), quiet=True)
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_the_cli_says_a_refused_folder_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("mine")
     result = CliRunner().invoke(main, ["birds", "--quick", "--out", str(tmp_path)])

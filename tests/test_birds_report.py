@@ -158,3 +158,11 @@ def test_the_curve_table_says_whether_a_run_was_still_learning() -> None:
     lines = curve_table(_sweep(results, ("mlp",))).splitlines()[2:]
     assert lines == [f"| {parse_spec('mlp').label} | count | 25: 0.500, 50: 0.900, 75: 0.905, 100: 0.900 | no |",
                      f"| {parse_spec('mlp').label} | compare | 25: 0.500, 50: 0.600, 75: 0.650, 100: 0.700 | yes |"]
+
+
+def test_a_models_time_is_the_median_of_its_runs_so_one_slowed_run_does_not_move_it() -> None:
+    seconds = {("mlp", "count", 0): 205.0, ("mlp", "count", 1): 12.0, ("mlp", "compare", 0): 13.0,
+               ("mlp", "compare", 1): 14.0}
+    results = [RunResult(m, t, s, 0.5, sec, 123, None, []) for (m, t, s), sec in seconds.items()]
+    (row,) = table_rows(_sweep(results, ("mlp",)))
+    assert row.seconds == pytest.approx(13.5)

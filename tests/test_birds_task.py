@@ -93,7 +93,7 @@ def test_an_interrupted_sweep_resumes_its_run_in_progress_from_the_checkpoint(tm
 def test_the_birds_command_exits_as_a_signal_stop_and_says_how_to_resume(tmp_path: Path, monkeypatch) -> None:
     _interrupt_at_training_step(monkeypatch, at=2)
     monkeypatch.setattr(experiment, "quick_config", lambda **kw: BirdsConfig(
-        **{**SMALL.__dict__, "models": ("mlp",), "tasks": ("count",), "seeds": (0,), **kw}))
+        **{**SMALL.__dict__, "models": ("mlp",), "tasks": ("compare",), "seeds": (0,), **kw}))
     result = CliRunner().invoke(main, ["birds", "--quick", "--quiet", "--out", str(tmp_path / "r")])
     assert result.exit_code == 128 + signal.SIGINT, result.output
     assert "the same command resumes there" in result.output and "Traceback" not in result.output
@@ -149,12 +149,17 @@ def test_run_settings_carry_the_sweeps_choices() -> None:
 
 
 
-def test_a_resumed_sweeps_report_counts_the_minutes_spent_before_it(tmp_path: Path) -> None:
+def test_a_resumed_sweeps_report_counts_the_minutes_spent_before_it_and_a_redrawn_one_adds_none(
+        tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     config = BirdsConfig(**{**SMALL.__dict__, "models": ("mlp",), "seeds": (0,)})
     experiment.run_experiment(out, config=config, quiet=True)
     results = json.loads((out / "results.json").read_text())
     (out / "results.json").write_text(json.dumps(results | {"elapsed_seconds": 6000.0}))  # as if it took 100 minutes
-    report = experiment.run_experiment(out, config=config, quiet=True)
-    assert 6000 < json.loads((out / "results.json").read_text())["elapsed_seconds"] < 6000 + 300
+    extended = BirdsConfig(**{**config.__dict__, "models": ("mlp", "pool-d1")})  # pool-d1's runs are still to do
+    report = experiment.run_experiment(out, config=extended, quiet=True)
+    elapsed = json.loads((out / "results.json").read_text())["elapsed_seconds"]
+    assert 6000 < elapsed < 6000 + 300
     assert "(100." in report.read_text(), "the report says the minutes of every process that built it"
+    experiment.run_experiment(out, config=extended, quiet=True)  # every run done: only the report is drawn again
+    assert json.loads((out / "results.json").read_text())["elapsed_seconds"] == elapsed

@@ -79,3 +79,13 @@ def test_the_check_can_fail() -> None:
     assert in_file(0.45, 2, False, "0.446 s") and not in_file(0.46, 2, False, "0.446 s")
     assert in_file(99.9, 1, True, "accuracy 0.9994") and not in_file(99.9, 1, False, "accuracy 0.9994")
     assert quoted("260 / 486 at 1.02x, 99.9%", integers=False) == [(1.02, 2, False), (99.9, 1, True)]
+
+
+def test_the_flagship_table_is_the_committed_full_reports_table_verbatim() -> None:
+    """README's birds table is copied from docs/birds/report.md, which the sweep wrote: every line of it
+    (header, rule, each model's row with its per-seed values) is a line of that report's table."""
+    section = README.split("## The flagship experiment")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    report = (REPO / "docs" / "birds" / "report.md").read_text(encoding="utf-8").splitlines()
+    assert len(rows) >= 12, "the full sweep's table, not a few rows of it"
+    assert [row for row in rows if row not in report] == []

@@ -4,10 +4,14 @@ mean that disagrees with the per-run rows it summarises (issue #27: mixing repor
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import birds_calibration  # noqa: E402
@@ -15,6 +19,7 @@ import birds_mixing  # noqa: E402
 from harness import read_jsonl  # noqa: E402
 
 from tokformer.tasks.birds.experiment import CALIBRATED  # noqa: E402
+from tokformer.tasks.birds.models import parse_spec  # noqa: E402
 
 
 def test_the_mixing_report_is_rendered_from_its_runs() -> None:
@@ -222,3 +227,43 @@ def test_the_vqa_table_names_the_image_only_seeds_and_the_steps_each_seed_traine
            "| 0.250 |" in lines
     assert "| steps trained | 2400 ± 849 (3000 / 1800) |" in lines
     assert not any("picture alone" in x for x in vqa_results.render(rows).splitlines())
+
+
+def _seeds_cell(values: list[float]) -> str:
+    """A cell written out here by hand (not with the report's own helper): mean ± sample std, each seed."""
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    mean = sum(values) / len(values)
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return f"{mean:.3f} ± {std:.3f} ({' / '.join(f'{v:.3f}' for v in values)})"
+
+
+@pytest.mark.parametrize("folder", ["docs/birds", "docs/birds/quick"])
+def test_the_committed_birds_report_is_the_mean_of_its_runs(folder: str) -> None:
+    """Every accuracy cell of a committed birds report (results table and results.json) is the mean,
+    sample std and per-seed values of that model's runs in its runs.jsonl, every seed the sweep names."""
+    root = ROOT / folder
+    sweep = json.loads((root / "sweep.json").read_text(encoding="utf-8"))
+    runs = read_jsonl(root / "runs.jsonl")
+    table = (root / "report.md").read_text(encoding="utf-8").split("## Results")[1].split("\n\n")[1]
+    summary = {row["model"]: row for row in json.loads((root / "results.json").read_text(encoding="utf-8"))["table"]}
+    for name in sweep["models"]:
+        row = next(line for line in table.splitlines() if line.startswith(f"| {parse_spec(name).label} |"))
+        cells = [cell.strip() for cell in row.split("|")]
+        for task in sweep["tasks"]:
+            by_seed = {r["seed"]: r["accuracy"] for r in runs if r["model"] == name and r["task"] == task}
+            assert sorted(by_seed) == sorted(sweep["seeds"]), f"{folder}: {name} {task} lacks a seed's run"
+            values = [by_seed[seed] for seed in sorted(by_seed)]
+            assert _seeds_cell(values) in cells, f"{folder}: {name} {task}: {row}"
+            assert summary[name][f"{task}_mean"] == pytest.approx(sum(values) / len(values), abs=1e-12)
+
+
+def test_every_mean_and_std_docs_birds_quotes_is_in_a_results_file_it_links() -> None:
+    """docs/birds.md quotes its cells by hand from the reports; each "mean ± std" must be one of theirs."""
+    sources = ["docs/birds/report.md", "docs/birds/quick/report.md", "docs/birds/calibration.md",
+               "benchmarks/results/birds_calibration.md", "benchmarks/results/birds_mixing.md"]
+    text = "\n".join((ROOT / source).read_text(encoding="utf-8") for source in sources)
+    quoted = set(re.findall(r"\d\.\d{3} ± \d\.\d{3}", (ROOT / "docs/birds.md").read_text(encoding="utf-8")))
+    assert len(quoted) >= 10, "the guide quotes the full sweep's cells"
+    missing = sorted(q for q in quoted if q not in text)
+    assert not missing, f"quoted in docs/birds.md but in no results file: {missing}"

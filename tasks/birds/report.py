@@ -53,7 +53,7 @@ class ModelRow:
     count_std: float
     compare_mean: float
     compare_std: float
-    seconds: float
+    seconds: float  # median training seconds over every run of the model (both tasks, all seeds)
     budget: int = 1  # times the sweep's step budget
     count_second: float = math.nan  # mean accuracy at the second image size (NaN: one size only)
     compare_second: float = math.nan
@@ -67,7 +67,6 @@ class Summary:
 
     mean: float
     std: float  # sample std (ddof 1); 0 for one seed
-    seconds: float  # mean training seconds
     second: float  # mean accuracy at the second image size (NaN: not run there)
     seeds: tuple[float, ...]  # per-seed accuracies, in seed order
 
@@ -76,13 +75,12 @@ def summarise(results: list[RunResult], name: str, task: str) -> Summary:
     """``name`` on ``task`` over its seeds (NaN everywhere when it did not run)."""
     runs = sorted((r for r in results if r.model == name and r.task == task), key=lambda r: r.seed)
     if not runs:
-        return Summary(math.nan, math.nan, math.nan, math.nan, ())
+        return Summary(math.nan, math.nan, math.nan, ())
     accs = np.array([r.accuracy for r in runs])
     seconds = [r.accuracy_second for r in runs if r.accuracy_second is not None]
     second = float(np.mean(seconds)) if seconds else math.nan
     std = float(accs.std(ddof=1)) if len(accs) > 1 else 0.0
-    return Summary(float(accs.mean()), std, float(np.mean([r.train_seconds for r in runs])), second,
-                   tuple(float(a) for a in accs))
+    return Summary(float(accs.mean()), std, second, tuple(float(a) for a in accs))
 
 
 def table_rows(sweep: Sweep) -> list[ModelRow]:
@@ -101,7 +99,8 @@ def table_rows(sweep: Sweep) -> list[ModelRow]:
         count = summarise(sweep.results, name, "count")
         compare = summarise(sweep.results, name, "compare")
         params = next(r.parameters for r in sweep.results if r.model == name)
-        seconds = np.nanmean([count.seconds, compare.seconds])
+        # the median: one run slowed by a neighbouring job moves a mean, not this
+        seconds = np.median([r.train_seconds for r in sweep.results if r.model == name])
         rows.append(ModelRow(name, spec.label, spec.family, spec.depth, size, both, params,
                              count.mean, count.std, compare.mean, compare.std, float(seconds), spec.budget,
                              count.second, compare.second, count.seeds, compare.seeds))
@@ -713,8 +712,8 @@ regression reaches on the exact feature (no pixels: the layout itself) on this r
 {results_table(rows, cfg.second_size)}
 
 Accuracies: held-out test set, mean ± sample std (ddof 1) over {len(seeds_done)} seed(s), then each
-seed's value in seed order. Training time: mean
-wall-clock seconds per training run on this machine.
+seed's value in seed order. Training time: median
+wall-clock seconds per training run of the model on this machine (both tasks, every seed).
 
 {bullets}
 
