@@ -277,7 +277,8 @@ class ModelSpec:
     @property
     def base(self) -> str:
         """The name without its step multiple (``mixer-l2-x3`` -> ``mixer-l2``): the same model at another budget."""
-        return re.sub(r"-x\d+$", "", self.name)
+        match = _SPEC.match(self.name)
+        return self.name[: match.start("budget") - len("-x")] if match.group("budget") else self.name
 
     @property
     def base_label(self) -> str:

@@ -157,13 +157,12 @@ def curve_table(sweep: Sweep) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(path: Path, sweep: Sweep) -> None:
-    """Validation accuracy during training, per task: one colour per model run at several budgets, a line
-    per budget (solid 1x, dashed longer), mean over seeds."""
+def plot_curves(path: Path, sweep: Sweep, rows: list[ModelRow]) -> None:
+    """Validation accuracy during training, per task: one colour per model run at several budgets
+    (every model when none is), a line per budget (solid 1x, dashed longer), mean over seeds."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
-    bases = list(dict.fromkeys(parse_spec(n).base for n in sweep.config.models))
-    grouped = [b for b in bases if sum(parse_spec(n).base == b for n in sweep.config.models) > 1] or bases
+    grouped = list(budget_groups(rows)) or list(dict.fromkeys(parse_spec(r.model).base for r in rows))
     colours = dict(zip(grouped, plt.get_cmap("tab10").colors, strict=False))
     for ax, task, title in ((axes[0], "count", "How many birds?"), (axes[1], "compare", "Same species?")):
         for name in sweep.config.models:
@@ -584,7 +583,7 @@ def write_report(sweep: Sweep, out_dir: str | Path, *, elapsed: float, command: 
     attention = attention_summary(sweep)
     plot_samples(out / "samples.png", cfg.image_size, cfg.seeds[0], cfg.extra_birds, cfg.scene)
     plot_accuracy(out / "accuracy_vs_depth.png", rows)
-    plot_curves(out / "learning_curves.png", sweep)
+    plot_curves(out / "learning_curves.png", sweep, rows)
     plot_receptive_fields(out / "receptive_fields.png", sweep)
     if attention is not None:
         plot_attention(out / "attention.png", sweep, attention)
