@@ -178,6 +178,18 @@ def test_a_sweep_with_models_added_trains_only_theirs_and_one_with_models_droppe
     assert (out / "runs.jsonl").read_text() == before
 
 
+@pytest.mark.parametrize("models", [5, [["mlp"]], "mlp", None])
+def test_a_sweep_record_whose_models_are_not_a_list_of_names_is_refused_in_one_line(tmp_path: Path,
+                                                                                    models) -> None:
+    out = tmp_path / "sweep"
+    one = BirdsConfig(**{**SWEEP.__dict__, "models": ("mlp",), "seeds": (0,)})
+    run_experiment(out, config=one, quiet=True)
+    record = json.loads((out / "sweep.json").read_text())
+    (out / "sweep.json").write_text(json.dumps(record | {"models": models}))
+    with pytest.raises(UsageError, match="another configuration"):
+        run_experiment(out, config=one, quiet=True)
+
+
 def test_a_sweep_without_the_comparison_is_refused_before_it_trains(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="needs the comparison task"):
         run_experiment(tmp_path / "sweep", config=BirdsConfig(**{**SWEEP.__dict__, "tasks": ("count",)}), quiet=True)

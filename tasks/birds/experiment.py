@@ -278,7 +278,8 @@ def finished_runs(out: Path, cfg: BirdsConfig) -> list[RunResult]:
         raise UsageError(f"{record} cannot be read ({error}); choose another --out") from None
     wanted = _config_record(cfg)
     differs = sorted(k for k in wanted.keys() | previous.keys() if previous.get(k) != wanted.get(k))
-    if differs == ["models"] and set(previous["models"]) <= set(wanted["models"]):
+    if differs == ["models"] and isinstance(previous["models"], list) and all(
+            m in wanted["models"] for m in previous["models"]):
         differs = []  # the same sweep with models added: it trains only theirs
     if differs:
         shown = ", ".join(f"{k} {previous.get(k)!r} there, {wanted.get(k)!r} now" for k in differs[:3])
