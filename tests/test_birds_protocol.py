@@ -3,6 +3,7 @@ oracle that shows the comparison needs the compared pair."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from pathlib import Path
@@ -49,16 +50,42 @@ def _resident_mb() -> float:
 
 
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads the resident size from Linux's /proc")
-def test_a_training_stream_grows_by_the_images_it_keeps_not_by_the_drawings_scratch() -> None:
-    """A 3,000-step run keeps 375 chunks; before the drawing returned its freed scratch memory each chunk
-    grew the process by about 50 MB where it keeps 6.3 MB (an out-of-memory kill at 17 GB)."""
+def test_a_long_training_stream_holds_two_chunks_in_memory_not_every_image_it_drew() -> None:
+    """A 3,000-step run draws 375 chunks; kept in memory they were 2.3 GB of the sweep's process (an 8.4 GB
+    peak with the rest). Before the drawing returned its freed scratch memory each chunk grew the process
+    by about 50 MB (an out-of-memory kill at 17 GB): neither may come back."""
     stream = TrainStream(BirdsConfig(per_family={}), "compare", seed=0)
     stream.batch(0, 64)  # the first chunk, and whatever one-off allocations drawing makes
     before = _resident_mb()
-    for index in range(1, 7):
-        stream._chunk(index)
-    kept = sum(t.numel() * t.element_size() for i in range(1, 7) for t in stream._chunks[i]) / 1e6
-    assert _resident_mb() - before < 2 * kept + 30, f"grew {_resident_mb() - before:.0f} MB, keeps {kept:.0f} MB"
+    for step in range(8, 8 * 17, 8):
+        images = stream.batch(step, 64)[0]  # chunks 1-16
+    chunk_mb = images.numel() * images.element_size() * 8 / 1e6  # 6.3 MB at 64 px; 16 of them: 100 MB
+    assert _resident_mb() - before < 4 * chunk_mb + 30, f"grew {_resident_mb() - before:.0f} MB for 16 chunks"
+
+
+def test_a_chunk_read_back_from_disk_is_the_chunk_drawn_and_is_not_drawn_twice() -> None:
+    stream = TrainStream(CFG, "count", seed=2)
+    stream.chunk_size = 16
+    first = [t.clone() for t in stream.batch(0, 16)]
+    for step in range(1, 4):
+        stream.batch(step, 16)  # chunks 1-3 push chunk 0 out of memory
+    drawn = stream.drawing_seconds
+    again = stream.batch(0, 16)
+    assert stream.drawing_seconds == drawn, "chunk 0 was drawn again instead of read back"
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    fresh = TrainStream(CFG, "count", seed=2)
+    fresh.chunk_size = 16
+    assert all(torch.equal(a, b) for a, b in zip(first, fresh.batch(0, 16), strict=True))
+
+
+def test_a_training_streams_scratch_folder_goes_with_it() -> None:
+    stream = TrainStream(CFG, "compare", seed=0)
+    stream.batch(0, 8)
+    scratch = Path(stream._scratch.name)
+    assert [p.name for p in scratch.iterdir()] == ["chunk-000000.pt"]
+    del stream
+    gc.collect()
+    assert not scratch.exists()
 
 
 def test_chunk_zero_is_the_split_as_it_always_was() -> None:

@@ -11,9 +11,13 @@ for every run, and drawing costs about as much as training a small model.
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -82,29 +86,49 @@ class TrainStream:
     """Fresh training images: image ``i`` of the split's never-repeating stream (chunks 0, 1, 2, ...
     of :func:`generate`), and batch ``k`` of size ``B`` is images ``k * B .. (k + 1) * B``.
 
-    Chunks are generated when first asked for and kept, so every model of a (task, seed) trains
-    on the same images in the same order and the drawing is paid once: about 2 ms an image at
-    64 px, and 12 kB each in memory (a 900-step run at batch 64 holds about 0.7 GB).
-    ``drawing_seconds`` adds up the time spent drawing, so a run's training time can leave it out.
+    Every model of a (task, seed) trains on the same images in the same order, and drawing costs
+    about 1 ms an image at 64 px, as much as a small model's step: so each chunk is drawn once,
+    written to a scratch folder on disk and read back by the next model (6 MB a chunk, a few ms).
+    Memory holds the last :attr:`held_chunks` chunks only, whatever the budget: kept in memory, a
+    10x run's 192,000 images were 2.3 GB of one process (12 kB each). The folder is the stream's
+    own (under ``$TMPDIR``) and goes with it. ``drawing_seconds`` adds up the time spent drawing,
+    so a run's training time can leave it out.
     """
 
     chunk_size = 512
+    held_chunks = 2  # a batch straddles at most two chunks
 
     def __init__(self, settings: DrawingSettings, task: str, seed: int) -> None:
         self.drawing, self.task, self.seed = Drawing.of(settings), task, seed
-        self._chunks: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
+        self._held: OrderedDict[int, tuple[Tensor, Tensor, Tensor]] = OrderedDict()
+        self._scratch = tempfile.TemporaryDirectory(prefix=f"tokformer-birds-{task}-{seed}-")
         self.drawing_seconds = 0.0
 
     def _chunk(self, index: int) -> tuple[Tensor, Tensor, Tensor]:
-        if index not in self._chunks:
-            start = time.perf_counter()
-            d = self.drawing
-            data = generate(self.task, self.chunk_size, self.seed, size=d.image_size, split="train",
-                            extra_birds=d.extra_birds, scene=d.scene, chunk=index)
-            split = SplitTensors.from_data(data)
-            self._chunks[index] = (split.images, split.labels, split.species)
-            self.drawing_seconds += time.perf_counter() - start
-        return self._chunks[index]
+        if index in self._held:
+            self._held.move_to_end(index)
+            return self._held[index]
+        path = Path(self._scratch.name) / f"chunk-{index:06d}.pt"
+        if path.exists():
+            chunk = torch.load(path, weights_only=True)
+        else:
+            chunk = self._draw(index)
+            partial = path.with_suffix(f".{os.getpid()}.partial")  # a DataLoader worker may draw it too
+            torch.save(chunk, partial)
+            os.replace(partial, path)
+        self._held[index] = chunk
+        while len(self._held) > self.held_chunks:
+            self._held.popitem(last=False)
+        return chunk
+
+    def _draw(self, index: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Chunk ``index`` from the generator: images ``[chunk_size, 3, H, W]`` uint8, labels, species."""
+        start, d = time.perf_counter(), self.drawing
+        data = generate(self.task, self.chunk_size, self.seed, size=d.image_size, split="train",
+                        extra_birds=d.extra_birds, scene=d.scene, chunk=index)
+        split = SplitTensors.from_data(data)
+        self.drawing_seconds += time.perf_counter() - start
+        return split.images, split.labels, split.species
 
     def image(self, i: int) -> tuple[Tensor, Tensor, Tensor]:
         """Image ``i`` of the stream: ``[3, H, W]`` uint8, its label and species present."""
