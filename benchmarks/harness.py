@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import importlib.metadata
 import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokformer.engine import over_seeds  # noqa: F401  (the scripts' table cell, re-exported)
+from tokformer.machine import cores, cpu_model, cpuinfo_lines, load_average, versions  # noqa: F401  (re-exported)
 
 MIN_REPEATS = 5
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -97,11 +95,6 @@ def interleave(
 # ----------------------------------------------------------------------------- threads
 
 
-def cores() -> int:
-    """Cores this process may run on (the affinity mask, not the host's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def thread_counts() -> list[int]:
     """One thread and all cores (once, on a one-core machine)."""
     return sorted({1, cores()})
@@ -123,28 +116,6 @@ def torch_threads(n: int) -> Iterator[None]:
 # ----------------------------------------------------------------------------- the machine
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), or the architecture where that file is missing."""
-    for line in _cpuinfo_lines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-def load_average() -> str:
-    """The 1, 5 and 15 minute load averages: a neighbour on a 2-core machine halves a timing."""
-    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def versions(packages: Sequence[str]) -> str:
-    """``python 3.11.7, torch 2.14.1, ...`` for the packages installed (missing ones are skipped)."""
-    found = [f"python {platform.python_version()}"]
-    for name in packages:
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            found.append(f"{name} {importlib.metadata.version(name)}")
-    return ", ".join(found)
-
-
 class Machine:
     """The line every results file carries; create it before the runs and print it after them."""
 
@@ -160,13 +131,8 @@ class Machine:
         )
 
 
-def _cpuinfo_lines() -> list[str]:
-    path = Path("/proc/cpuinfo")
-    return path.read_text().splitlines() if path.exists() else []
-
-
 def _cpu_field(name: str) -> str | None:
-    for line in _cpuinfo_lines():
+    for line in cpuinfo_lines():
         if line.startswith(name):
             return line.split(":", 1)[1].strip()
     return None

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tokformer import machine
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
@@ -58,7 +60,8 @@ def test_theoretical_peak_of_known_cpus(cpu: str, tmp_path: Path, monkeypatch: p
         (tmp_path / "max_freq").write_text(f"{max_khz}\n")
     fake = {"/proc/cpuinfo": tmp_path / "cpuinfo",
             "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq": tmp_path / "max_freq"}
-    monkeypatch.setattr(harness, "Path", lambda p, *rest: fake.get(str(p), Path(p, *rest)))
+    for module in (harness, machine):  # cpuinfo from tokformer.machine, cpufreq from the harness
+        monkeypatch.setattr(module, "Path", lambda p, *rest: fake.get(str(p), Path(p, *rest)))
     peak, product = harness.theoretical_peak(threads)
     assert peak == pytest.approx(gflops * 1e9), f"{cpu}: {product}"
 

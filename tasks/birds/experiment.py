@@ -30,6 +30,7 @@ from torch import nn
 
 from tokformer.engine import LOGGER, load_run, progress, read_metrics, train
 from tokformer.errors import UsageError
+from tokformer.machine import snapshot
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
 from tokformer.tasks.birds.models import build_model, parse_spec
 from tokformer.tasks.birds.report import write_report
@@ -145,6 +146,7 @@ class RunResult:
     parameters: int
     accuracy_second: float | None = None  # at ``second_size``; None: the model takes one image size only
     curve: list[tuple[int, float]] = field(default_factory=list)  # validation accuracy at each evaluation
+    machine: dict[str, Any] | None = None  # where it trained (tokformer.machine.snapshot at its start); None: not kept
 
 
 @dataclass
@@ -201,11 +203,13 @@ class SweepInterrupted(KeyboardInterrupt):
 @dataclass
 class TrainedRun:
     """A run the engine finished: the model as trained (last step), its training seconds in this
-    process (image drawing excluded) and its validation accuracy at each evaluation ``[(step, acc)]``."""
+    process (image drawing excluded), its validation accuracy at each evaluation ``[(step, acc)]``
+    and the machine it started on (:func:`tokformer.machine.snapshot`: a time means little without it)."""
 
     model: nn.Module
     seconds: float
     curve: list[tuple[int, float]]
+    machine: dict[str, Any]
 
 
 def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: Path | None = None) -> TrainedRun:
@@ -218,7 +222,7 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
         with tempfile.TemporaryDirectory(prefix="tokformer-birds-") as scratch:
             return train_model(name, task, cfg, seed, run_dir=Path(scratch) / "run")
     stream = shared_stream(Drawing.of(cfg), task, seed)  # the task's own: timing can leave its drawing out
-    drawn, start = stream.drawing_seconds, time.perf_counter()
+    machine, drawn, start = snapshot(), stream.drawing_seconds, time.perf_counter()
     with _engine_lines_quiet():
         if run_dir.exists():
             result = train(resume=run_dir, quiet=True)
@@ -230,7 +234,7 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
                                "is saved and the same command resumes there", result.signal)
     _, model = load_run(run_dir, "latest", cfg.device)
     curve = [(r["step"], float(r["accuracy"])) for r in read_metrics(run_dir) if r.get("split") == "eval"]
-    return TrainedRun(model, seconds, curve)
+    return TrainedRun(model, seconds, curve, machine)
 
 
 def _model_path(out: Path, name: str, task: str) -> Path:
@@ -338,7 +342,8 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
                 model, seconds = trained.model, trained.seconds
                 acc = accuracy(model, test, device)
                 acc_second = accuracy(model, second, device) if second and parse_spec(name).any_size else None
-                result = RunResult(name, task, seed, acc, seconds, count_parameters(model), acc_second, trained.curve)
+                result = RunResult(name, task, seed, acc, seconds, count_parameters(model), acc_second, trained.curve,
+                                   trained.machine)
                 sweep.results.append(result)
                 if seed == cfg.seeds[0]:
                     sweep.models[(name, task)] = model.cpu().eval()

@@ -394,6 +394,28 @@ def plot_attention(path: Path, sweep: Sweep, summary: AttentionSummary) -> None:
 # -- markdown -----------------------------------------------------------------------
 
 
+def machine_note(results: list[RunResult]) -> str:
+    """Where the runs trained, from each run's machine record: the CPU, cores, torch threads and versions of
+    each group of runs, and the 1-minute load average as they started (a load well above the cores means
+    another job shared the machine, and those runs' times are slow). Empty when no run kept a record."""
+    groups: dict[tuple[str, ...], list[float]] = {}
+    for run in results:
+        m = run.machine if isinstance(run.machine, dict) else {}
+        if isinstance(m.get("load"), (int, float)):
+            key = tuple(str(m.get(k)) for k in ("cpu", "cores", "threads", "versions"))
+            groups.setdefault(key, []).append(float(m["load"]))
+    if not groups:
+        return ""
+    runs = lambda n: f"{n} run" + ("s" if n != 1 else "")
+    lines = [f"{runs(len(loads))} on {cpu}, {n_cores} cores, {threads} torch threads ({libraries}); 1-minute load "
+             f"average as a run started: median {float(np.median(loads)):.2f}, {min(loads):.2f}-{max(loads):.2f}"
+             for (cpu, n_cores, threads, libraries), loads in sorted(groups.items())]
+    missing = len(results) - sum(len(loads) for loads in groups.values())
+    if missing:
+        lines.append(f"{runs(missing)} kept no record of their machine (trained before runs did)")
+    return "\nWhere it trained: " + "; ".join(lines) + ".\n"
+
+
 def _preset_note(command: str, n_test: int) -> str:
     if "--quick" not in command:
         return ""
@@ -592,7 +614,8 @@ def write_report(sweep: Sweep, out_dir: str | Path, *, elapsed: float, command: 
         "runs": [asdict(r) for r in sweep.results], "table": [asdict(r) for r in rows],
     }, indent=2) + "\n")
     seeds_done = sorted({r.seed for r in sweep.results})
-    markdown = _markdown(cfg, rows, attention, elapsed, command, seeds_done, curve_section(sweep, rows))
+    markdown = _markdown(cfg, rows, attention, elapsed, command, seeds_done, curve_section(sweep, rows),
+                         machine_note(sweep.results))
     (out / "report.md").write_text(markdown)
     return out / "report.md"
 
@@ -613,7 +636,7 @@ def curve_section(sweep: Sweep, rows: list[ModelRow]) -> str:
 
 
 def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str, seeds_done: list[int],
-              curves: str) -> str:
+              curves: str, where: str) -> str:
     seeds = ", ".join(str(s) for s in seeds_done)
     if len(seeds_done) < len(cfg.seeds):
         seeds += f" (**partial report: {len(seeds_done)} of {len(cfg.seeds)} seeds done so far**)"
@@ -631,7 +654,7 @@ def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str
     return f"""# Birds: counting vs comparing far-apart birds — CNNs vs a Transformer
 
 Reproduce: `{command}` ({elapsed / 60:.1f} minutes on this machine; torch threads: {torch.get_num_threads()}).
-{_preset_note(command, cfg.n_test)}
+{where}{_preset_note(command, cfg.n_test)}
 ## The question
 
 A convolutional network is built on locality: an output unit depends only on the pixels in its

@@ -1,0 +1,58 @@
+"""Where a measurement ran: the CPU, the cores this process may use, the load and the library versions.
+
+Timings from different machines, or from one machine shared with another job, do not compare (on a
+2-core machine one neighbour halves a result), so every table of times says where it was taken.
+The benchmarks (``benchmarks/harness.py``) and the birds sweep's per-run records both use these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def cpuinfo_lines() -> list[str]:
+    """The lines of ``/proc/cpuinfo`` (none where it is missing: not Linux)."""
+    path = Path("/proc/cpuinfo")
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or the architecture where that file is missing."""
+    for line in cpuinfo_lines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cores() -> int:
+    """Cores this process may run on (the affinity mask, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages: a neighbour on a 2-core machine halves a timing."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def versions(packages: Sequence[str]) -> str:
+    """``python 3.11.7, torch 2.14.1, ...`` for the packages installed (missing ones are skipped)."""
+    found = [f"python {platform.python_version()}"]
+    for name in packages:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found.append(f"{name} {importlib.metadata.version(name)}")
+    return ", ".join(found)
+
+
+def snapshot(packages: Sequence[str] = ("torch",)) -> dict[str, Any]:
+    """This process's machine now, as a JSON record: CPU, cores, torch threads, the 1-minute load average
+    and the library versions (the record a measured run keeps beside its time)."""
+    import torch
+
+    return {"cpu": cpu_model(), "cores": cores(), "threads": torch.get_num_threads(),
+            "load": round(os.getloadavg()[0], 2), "versions": versions(packages)}
