@@ -261,7 +261,8 @@ def test_the_committed_birds_report_is_the_mean_of_its_runs(folder: str) -> None
 def test_every_mean_and_std_docs_birds_quotes_is_in_a_results_file_it_links() -> None:
     """docs/birds.md quotes its cells by hand from the reports; each "mean ± std" must be one of theirs."""
     sources = ["docs/birds/report.md", "docs/birds/quick/report.md", "docs/birds/calibration.md",
-               "benchmarks/results/birds_calibration.md", "benchmarks/results/birds_mixing.md"]
+               "benchmarks/results/birds_calibration.md", "benchmarks/results/birds_mixing.md",
+               "benchmarks/results/birds_probe.md"]
     text = "\n".join((ROOT / source).read_text(encoding="utf-8") for source in sources)
     quoted = set(re.findall(r"\d\.\d{3} ± \d\.\d{3}", (ROOT / "docs/birds.md").read_text(encoding="utf-8")))
     assert len(quoted) >= 10, "the guide quotes the full sweep's cells"
