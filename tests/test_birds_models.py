@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tokformer.tasks.birds import experiment
-from tokformer.tasks.birds.attention import attention_maps, bird_tokens, own_bird_attention
+from tokformer.tasks.birds.attention import attention_maps, bird_attention, bird_tokens, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, TOP_RIGHT, generate
 from tokformer.tasks.birds.experiment import BirdsConfig
 from tokformer.tasks.birds.models import TOKEN_NORMS, BirdTransformer, LocalCNN, build_model, parse_spec
@@ -164,3 +164,25 @@ def test_the_sweep_builds_its_token_models_as_its_config_says() -> None:
     assert BirdsConfig().token_norm == "standardise"
     with pytest.raises(ValueError, match="token_norm must be one of standardise, affine, none; got 'scaled'"):
         build_model("mixer-l1", 4, image_size=32, token_norm="scaled")
+
+
+def test_bird_attention_measures_the_patch_tokens_mass_on_every_bird() -> None:
+    """Uniform attention gives exactly the birds' token share; attention kept on the birds (all of them,
+    or only the first) gives 1; attention kept off them gives 0."""
+    meta = generate("count", 6, seed=4, size=64)
+    patch, n = 16, 1 + 16
+    uniform = [torch.full((6, 2, n, n), 1.0 / n)]
+    stats = bird_attention(uniform, meta, np.arange(6), patch)  # [1, 2 heads, 2]
+    np.testing.assert_allclose(stats[..., 0], stats[..., 1], rtol=1e-6)
+    on_birds, on_first, off_birds = (torch.zeros(6, 2, n, n) for _ in range(3))
+    for b in range(6):
+        slots = list(meta.bird_boxes(b))
+        every = np.unique(np.concatenate([bird_tokens(meta, b, slot, patch) for slot in slots]))
+        first = bird_tokens(meta, b, slots[0], patch)
+        rest = np.setdiff1d(np.arange(n), every)
+        on_birds[b, :, :, every] = 1.0 / len(every)
+        on_first[b, :, :, first] = 1.0 / len(first)
+        off_birds[b, :, :, rest] = 1.0 / len(rest)
+    for on in (on_birds, on_first):
+        np.testing.assert_allclose(bird_attention([on], meta, np.arange(6), patch)[..., 0], 1.0, rtol=1e-6)
+    np.testing.assert_allclose(bird_attention([off_birds], meta, np.arange(6), patch)[..., 0], 0.0, atol=1e-7)

@@ -46,6 +46,7 @@ def test_report_has_table_and_all_figures(tmp_path: Path) -> None:
     assert {name for name, acc in second.items() if acc is None} == {"global", "mixer-l1", "mlp", "global-x2"}
     assert "| cannot run (sized for one image) |" in text
     assert "attention on their own bird" in text
+    assert "transformer-local-l1 trained to count, layer 1: its patch tokens put " in text
     assert "standardise each patch embedding" in text  # the report says how the token models were built
     machines = [run["machine"] for run in results["runs"]]
     assert all(m["cpu"] == cpu_model() and m["threads"] == torch.get_num_threads() and "torch " in m["versions"]

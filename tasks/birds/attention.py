@@ -120,3 +120,25 @@ def own_bird_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray
                 out[layer, :, 1] += (mass - block.diagonal(dim1=-2, dim2=-1).mean(dim=-1)).numpy()
                 out[layer, :, 2] += len(own) / n_tokens
     return out / n_birds
+
+
+def bird_attention(maps: list[Tensor], meta: BirdImages, indices: np.ndarray, patch: int, first: int = 1) -> np.ndarray:
+    """``[layers, heads, 2]``: how much the patch tokens attend to the birds, against the birds' size.
+
+    For every image of ``indices`` (``maps[l][b]`` belongs to image ``indices[b]``), with every patch
+    token as a query: the attention mass on the core tokens of all its birds (:func:`bird_tokens`),
+    and those tokens' share of the sequence (what uniform attention would give), averaged over
+    images. Counting needs the birds, not their places: a mass well above the share is attention
+    that looks at the birds.
+    """
+    n_layers, n_heads = len(maps), maps[0].shape[1]
+    out = np.zeros((n_layers, n_heads, 2))
+    n_tokens = maps[0].shape[-1]
+    queries = np.arange(first, n_tokens)
+    for b, index in enumerate(indices):
+        slots = meta.bird_boxes(int(index))
+        keys = np.unique(np.concatenate([bird_tokens(meta, int(index), slot, patch, first) for slot in slots]))
+        for layer, probs in enumerate(maps):
+            out[layer, :, 0] += _between(probs[b], queries, keys).sum(dim=-1).mean(dim=-1).numpy()
+            out[layer, :, 1] += len(keys) / n_tokens
+    return out / len(indices)

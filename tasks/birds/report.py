@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from tokformer.engine import over_seeds
-from tokformer.tasks.birds.attention import attention_maps, corner_attention, own_bird_attention
+from tokformer.tasks.birds.attention import attention_maps, bird_attention, corner_attention, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, SPECIES, TOP_RIGHT, generate
 from tokformer.tasks.birds.design import VIEWS, bayes_accuracy, oracle_accuracies
 from tokformer.tasks.birds.models import LOCAL_TOKENIZER, READOUT_HIDDEN, BirdTransformer, LocalCNN, parse_spec
@@ -329,13 +329,16 @@ class AttentionSummary:
 
     corner: ``[layers, heads, 2]`` (top-right bird -> bottom-left bird mass, uniform mass);
     own: ``[layers, heads, 3]`` (own-bird mass, own-bird mass without self, bird's token share);
-    maps: each layer's ``[3, heads, N, N]`` attention of the first three images.
+    maps: each layer's ``[3, heads, N, N]`` attention of the first three images;
+    counting: the same model's counting weights on the counting test images, ``[layers, heads, 2]``
+    (patch tokens -> all birds' tokens mass, the birds' token share); None without counting.
     """
 
     model: str
     corner: np.ndarray
     own: np.ndarray
     maps: list
+    counting: np.ndarray | None = None
 
 
 def attention_summary(sweep: Sweep, n_images: int = 200) -> AttentionSummary | None:
@@ -351,8 +354,14 @@ def attention_summary(sweep: Sweep, n_images: int = 200) -> AttentionSummary | N
     indices = np.arange(min(n_images, len(test.labels)))
     maps = attention_maps(model, test.images[indices].float() / 255)
     patch = model.tokenizer.patch_size
+    counting = None
+    if (name, "count") in sweep.models and "count" in sweep.test_sets:
+        count_test = sweep.test_sets["count"]
+        counted = np.arange(min(n_images, len(count_test.labels)))
+        count_maps = attention_maps(sweep.models[(name, "count")], count_test.images[counted].float() / 255)
+        counting = bird_attention(count_maps, count_test.meta, counted, patch)
     return AttentionSummary(name, corner_attention(maps, test.meta, indices, patch),
-                            own_bird_attention(maps, test.meta, indices, patch), [m[:3] for m in maps])
+                            own_bird_attention(maps, test.meta, indices, patch), [m[:3] for m in maps], counting)
 
 
 def plot_attention(path: Path, sweep: Sweep, summary: AttentionSummary) -> None:
@@ -593,6 +602,13 @@ def _attention_findings(attention: AttentionSummary) -> list[str]:
         out.append(f"{name}, layer {layer + 1}: a compared bird's tokens put {100 * mean[0]:.1f}% of their "
                    f"attention on their own bird ({100 * mean[1]:.1f}% on its other tokens; head {best + 1}: "
                    f"{100 * own[layer, best, 1]:.1f}%), where the bird holds {100 * mean[2]:.1f}% of the tokens.")
+    counting = attention.counting if attention.counting is not None else np.zeros((0, 0, 2))
+    for layer in range(counting.shape[0]):
+        mass, share = counting[layer].mean(axis=0)  # over heads
+        best = int(counting[layer, :, 0].argmax())
+        out.append(f"{name} trained to count, layer {layer + 1}: its patch tokens put {100 * mass:.1f}% of their "
+                   f"attention on the birds' tokens, {mass / share:.1f}x the {100 * share:.1f}% the birds hold "
+                   f"(head {best + 1}: {100 * counting[layer, best, 0]:.1f}%).")
     return out
 
 
@@ -648,7 +664,8 @@ def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str
     local_tokens = (cfg.image_size // local_patch) ** 2
     attention_section = (
         "![attention](attention.png)\n\nAttention weights are recomputed from each layer's `qkv` projection "
-        "(softmax(q kᵀ/√d) per head) on the comparison test set."
+        "(softmax(q kᵀ/√d) per head) on the first 200 comparison test images (the counting lines of the findings: "
+        "the same model trained to count, on the first 200 counting test images)."
         if attention is not None else "_No Transformer in this sweep._"
     )
     return f"""# Birds: counting vs comparing far-apart birds — CNNs vs a Transformer
