@@ -81,8 +81,8 @@ def test_a_chunk_read_back_from_disk_is_the_chunk_drawn_and_is_not_drawn_twice()
 def test_a_training_streams_scratch_folder_goes_with_it() -> None:
     stream = TrainStream(CFG, "compare", seed=0)
     stream.batch(0, 8)
-    scratch = Path(stream._scratch.name)
-    assert [p.name for p in scratch.iterdir()] == ["chunk-000000.pt"]
+    scratch = stream.chunks.folder
+    assert [p.name for p in scratch.iterdir()] == ["000000.pt"]
     del stream
     gc.collect()
     assert not scratch.exists()

@@ -50,7 +50,7 @@ from tokformer.tasks.birds.data import (
 )
 from tokformer.tasks.birds.experiment import BirdsConfig
 from tokformer.tasks.birds.models import PIXEL_MEAN, PIXEL_STD, READOUT_HIDDEN, TokenMixingBlock, prefers_channels_last
-from tokformer.tasks.birds.stream import SplitTensors, TrainStream, batched_accuracy
+from tokformer.tasks.birds.stream import SpilledCache, SplitTensors, TrainStream, batched_accuracy, to_float
 from tokformer.tokenizers.image import grid_positions
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
 from tokformer.transformer import Encoder
@@ -237,26 +237,23 @@ def token_accuracy(model: MixingModel, tokens: Tensor, labels: Tensor, batch_siz
 
 
 class EncodedStream:
-    """A :class:`TrainStream`'s batches through the frozen ``encoder``, computed once per step and
-    kept: every mixer of a (task, seed, size) trains on the same tokens, and the encoder, which costs
-    more than most mixers, runs once instead of once per mixer (``[B, N, d]`` float per step: about
-    0.6 MB at 96 px)."""
+    """A :class:`TrainStream`'s batches through the frozen ``encoder``, computed once per step: every
+    mixer of a (task, seed, size) trains on the same tokens, and the encoder, which costs more than
+    most mixers, runs once instead of once per mixer. The tokens (``[B, N, d]`` float per step: about
+    0.6 MB at 96 px, so 1.8 GB for a 3,000-step run) wait on disk (:class:`SpilledCache`)."""
 
     def __init__(self, stream: TrainStream, encoder: PatchEncoder) -> None:
         self.stream, self.encoder = stream, encoder
-        self._tokens: dict[int, Tensor] = {}
+        self._tokens = SpilledCache(f"tokformer-birds-tokens-{stream.task}-{stream.seed}-")
 
     @torch.no_grad()
     def inputs(self, step: int, batch_size: int, device: torch.device,
                channels_last: bool) -> tuple[Tensor, Tensor, Tensor]:
         """Tokens ``[B, N, d]``, labels ``[B]`` and species present of ``step`` (``channels_last``:
         images only, ignored)."""
-        if step not in self._tokens:  # the images are only drawn into floats the first time
-            images, labels, species = self.stream.inputs(step, batch_size, device, channels_last=False)
-            self._tokens[step] = self.encoder.to(device)(images)
-        else:
-            _, labels, species = self.stream.batch(step, batch_size)
-        return self._tokens[step], labels, species
+        images, labels, species = self.stream.batch(step, batch_size)
+        tokens = self._tokens.get(step, lambda: self.encoder.to(device)(to_float(images, device, channels_last=False)))
+        return tokens, labels, species
 
 
 def fit(model: nn.Module, task: str, train: TrainStream, cfg: BirdsConfig, *, steps: int, lr: float,

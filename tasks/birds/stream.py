@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -82,44 +82,66 @@ def make_split(settings: DrawingSettings, task: str, seed: int, split: str, n: i
                                            extra_birds=settings.extra_birds, scene=settings.scene))
 
 
+class SpilledCache:
+    """Values computed once per integer key and kept on disk, in a scratch folder of the cache's own
+    (under ``$TMPDIR``, removed with it), with the last ``held`` in memory.
+
+    For what a sweep computes once and reads again in order, model after model (training images,
+    frozen-encoder tokens): memory stays at ``held`` values whatever the budget, and a value read
+    back costs a few ms per 6 MB instead of computing it again. A value is written under a
+    temporary name and renamed into place, so a DataLoader worker computing the same key meanwhile
+    cannot leave a torn file.
+    """
+
+    def __init__(self, prefix: str, held: int = 2) -> None:
+        self.held = held
+        self._memory: OrderedDict[int, Any] = OrderedDict()
+        self._scratch = tempfile.TemporaryDirectory(prefix=prefix)
+
+    @property
+    def folder(self) -> Path:
+        return Path(self._scratch.name)
+
+    def get(self, key: int, compute: Callable[[], Any]) -> Any:
+        """The value of ``key`` (a tensor or a tuple of tensors): from memory, from disk, or ``compute()``-d."""
+        if key in self._memory:
+            self._memory.move_to_end(key)
+            return self._memory[key]
+        path = self.folder / f"{key:06d}.pt"
+        if path.exists():
+            value = torch.load(path, weights_only=True)
+        else:
+            value = compute()
+            partial = path.with_suffix(f".{os.getpid()}.partial")
+            torch.save(value, partial)
+            os.replace(partial, path)
+        self._memory[key] = value
+        while len(self._memory) > self.held:
+            self._memory.popitem(last=False)
+        return value
+
+
 class TrainStream:
     """Fresh training images: image ``i`` of the split's never-repeating stream (chunks 0, 1, 2, ...
     of :func:`generate`), and batch ``k`` of size ``B`` is images ``k * B .. (k + 1) * B``.
 
     Every model of a (task, seed) trains on the same images in the same order, and drawing costs
-    about 1 ms an image at 64 px, as much as a small model's step: so each chunk is drawn once,
-    written to a scratch folder on disk and read back by the next model (6 MB a chunk, a few ms).
-    Memory holds the last :attr:`held_chunks` chunks only, whatever the budget: kept in memory, a
-    10x run's 192,000 images were 2.3 GB of one process (12 kB each). The folder is the stream's
-    own (under ``$TMPDIR``) and goes with it. ``drawing_seconds`` adds up the time spent drawing,
-    so a run's training time can leave it out.
+    about 1 ms an image at 64 px, as much as a small model's step: so each chunk is drawn once and
+    kept on disk (:class:`SpilledCache`), and memory holds the two chunks being read (a batch
+    straddles at most two), whatever the budget: kept in memory, a 10x run's 192,000 images were
+    2.3 GB of one process (12 kB each). ``drawing_seconds`` adds up the time spent drawing, so a
+    run's training time can leave it out.
     """
 
     chunk_size = 512
-    held_chunks = 2  # a batch straddles at most two chunks
 
     def __init__(self, settings: DrawingSettings, task: str, seed: int) -> None:
         self.drawing, self.task, self.seed = Drawing.of(settings), task, seed
-        self._held: OrderedDict[int, tuple[Tensor, Tensor, Tensor]] = OrderedDict()
-        self._scratch = tempfile.TemporaryDirectory(prefix=f"tokformer-birds-{task}-{seed}-")
+        self.chunks = SpilledCache(f"tokformer-birds-{task}-{seed}-")
         self.drawing_seconds = 0.0
 
     def _chunk(self, index: int) -> tuple[Tensor, Tensor, Tensor]:
-        if index in self._held:
-            self._held.move_to_end(index)
-            return self._held[index]
-        path = Path(self._scratch.name) / f"chunk-{index:06d}.pt"
-        if path.exists():
-            chunk = torch.load(path, weights_only=True)
-        else:
-            chunk = self._draw(index)
-            partial = path.with_suffix(f".{os.getpid()}.partial")  # a DataLoader worker may draw it too
-            torch.save(chunk, partial)
-            os.replace(partial, path)
-        self._held[index] = chunk
-        while len(self._held) > self.held_chunks:
-            self._held.popitem(last=False)
-        return chunk
+        return self.chunks.get(index, lambda: self._draw(index))
 
     def _draw(self, index: int) -> tuple[Tensor, Tensor, Tensor]:
         """Chunk ``index`` from the generator: images ``[chunk_size, 3, H, W]`` uint8, labels, species."""
