@@ -14,18 +14,19 @@ without images, or a missing torchvision dataset without ``download`` is a DataE
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 
 from tokformer.errors import DataError
-from tokformer.tokenizers.image import open_image
+from tokformer.tokenizers.image import DECODE_ERRORS, MAX_IMAGE_PIXELS, open_image
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +142,20 @@ class ImageFiles(Dataset):
 
 
 def readable_image(path: Path) -> bool:
-    """PIL can identify the file (header check, cheap): unreadable files are skipped with a warning."""
+    """PIL can identify the file and tokformer would decode it (header checks, cheap): unreadable files,
+    and files whose header claims more than :data:`MAX_IMAGE_PIXELS`, are skipped with a warning."""
     try:
-        with Image.open(path) as image:
-            image.verify()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size is checked below
+            with Image.open(path) as image:
+                width, height = image.size
+                if width * height > MAX_IMAGE_PIXELS:
+                    log.warning("skipping image %s: %d x %d pixels, more than the %s tokformer decodes", path,
+                                width, height, f"{MAX_IMAGE_PIXELS:,}")
+                    return False
+                image.verify()
         return True
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+    except DECODE_ERRORS as err:  # Image.open itself raises DecompressionBombError past PIL's own limit
         log.warning("skipping unreadable image %s: %s", path, err)
         return False
 

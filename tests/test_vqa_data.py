@@ -5,6 +5,8 @@ answers no question alone predicts, comparisons the species present do not answe
 from __future__ import annotations
 
 import hashlib
+import struct
+import zlib
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -200,6 +202,32 @@ def test_unreadable_images_are_skipped_named_and_counted(tmp_path, caplog) -> No
     assert sorted(r.image.name for r in train + val) == ["a.png", "b.png", "c.png"] and len(val) == 1
     assert "broken.png" in caplog.text and "missing.png" in caplog.text
     assert "skipped 2 example(s) whose image cannot be read" in caplog.text
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG of a few dozen bytes whose header claims ``width`` x ``height`` RGB pixels."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    body = chunk(b"IDAT", zlib.compress(b"\0" * 10)) + chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + body
+
+
+@pytest.mark.parametrize(("side", "why"), [(100_000, "exceeds limit"), (6_000, "more than the 33,554,432")],
+                         ids=["past PIL's bomb limit", "past tokformer's pixel limit"])
+def test_an_image_whose_header_claims_too_many_pixels_is_skipped_and_counted(tmp_path, caplog, side, why) -> None:
+    """A few bytes of header must not stop the whole folder with an internal error (PIL raises its
+    DecompressionBombError from Image.open) nor be decoded: it is skipped like an unreadable file."""
+    from tokformer.tasks.vqa_data import read_folder
+
+    lines = [f'{{"image": "{name}", "answer": "x"}}' for name in ("a.png", "b.png", "c.png", "big.png")]
+    write_folder(tmp_path, lines, {"a.png": None, "b.png": None, "c.png": None, "big.png": _png_header(side, side)})
+    with caplog.at_level("WARNING"):
+        train, val = read_folder(tmp_path, val_fraction=1 / 3, seed=0)
+    assert sorted(r.image.name for r in train + val) == ["a.png", "b.png", "c.png"]
+    assert "big.png" in caplog.text and why in caplog.text
+    assert "skipped 1 example(s) whose image cannot be read" in caplog.text
 
 
 def test_train_and_val_folders_are_read_as_given(tmp_path) -> None:
