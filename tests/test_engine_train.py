@@ -150,6 +150,25 @@ def test_a_run_that_died_before_its_first_checkpoint_starts_again_in_its_directo
     assert result.step == 2 and list_checkpoints(run) == [2]
 
 
+def test_a_folder_with_a_runs_config_and_files_of_its_own_is_refused_not_emptied(tmp_path):
+    """Found by a hostile probe: `cp run/config.json myexp/ && tokformer train -c myexp/config.json --run-dir
+    myexp` deleted the user's notes and data there, because a same-config folder without a checkpoint was
+    taken for a run that died early and started again from empty."""
+    run = train("sort", quiet=True, steps=2, run_dir=str(tmp_path / "r"), **TINY).run_dir
+    mine = tmp_path / "myexp"
+    (mine / "data").mkdir(parents=True)
+    (mine / "notes.txt").write_text("precious")
+    (mine / "data" / "x.csv").write_text("1,2")
+    config = json.loads((run / "config.json").read_text())
+    config["train"]["run_dir"] = str(mine)
+    (mine / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"holds this run's config\.json but no checkpoint, and data/, notes\.txt, "
+                                          r"which tokformer did not write"):
+        train("sort", quiet=True, steps=2, run_dir=str(mine), **TINY)
+    assert sorted(p.name for p in mine.iterdir()) == ["config.json", "data", "notes.txt"]
+    assert (mine / "notes.txt").read_text() == "precious" and (mine / "data" / "x.csv").exists()
+
+
 def test_resume_refuses_to_change_the_task_and_leaves_the_run_as_it_was(tmp_path):
     run = train("sort", quiet=True, steps=4, eval_every=4, run_dir=str(tmp_path / "r"), **TINY).run_dir
     before = (run / "config.json").read_text()

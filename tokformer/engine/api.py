@@ -172,6 +172,12 @@ def _requeue(run_dir: Path, cfg: RunConfig) -> RunDirPlan:
     if list_checkpoints(run_dir):
         log.info("%s holds this run (same config): resuming it from its latest checkpoint", run_dir)
         return RunDirPlan(str(run_dir), resume=True)
+    foreign = runs.foreign_entries(run_dir, _task_files(run_dir, cfg))
+    if foreign:  # a user's folder holding a copy of a run's config.json: never delete what is not ours
+        return RunDirPlan(refusal=f"run directory {run_dir} holds this run's config.json but no checkpoint, and "
+                                  f"{', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which tokformer "
+                                  "did not write; starting the run again there would delete them: move them out "
+                                  "first, or choose another --run-dir")
     log.info("%s holds this run (same config) without a checkpoint: starting it again", run_dir)
     shutil.rmtree(run_dir)
     return RunDirPlan(str(run_dir))
