@@ -144,6 +144,9 @@ class ImageFiles(Dataset):
 def readable_image(path: Path) -> bool:
     """PIL can identify the file and tokformer would decode it (header checks, cheap): unreadable files,
     and files whose header claims more than :data:`MAX_IMAGE_PIXELS`, are skipped with a warning."""
+    if path.exists() and not path.is_file():  # a pipe would block the open forever, a device never end
+        log.warning("skipping %s: not a regular file", path)
+        return False
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size is checked below

@@ -166,3 +166,10 @@ def test_bad_settings_are_clear_errors(kwargs, message):
 def test_sincos_needs_width_divisible_by_four():
     with pytest.raises(TokenizerError, match="divisible by 4"):
         ImagePatchTokenizer(patch_size=4, image_size=8).build_embedder(18)
+
+
+@pytest.mark.parametrize("patch", [0, -4])
+def test_a_patch_size_that_is_not_positive_is_one_tokenizer_error(patch: int) -> None:
+    """`--patch-size 0` divided by zero while the other checks ran (an internal ZeroDivisionError)."""
+    with pytest.raises(TokenizerError, match=f"patch_size must be positive, got {patch}"):
+        ImagePatchTokenizer(patch_size=patch, image_size=64)

@@ -5,6 +5,7 @@ answers no question alone predicts, comparisons the species present do not answe
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 import zlib
 from collections import Counter, defaultdict
@@ -228,6 +229,20 @@ def test_an_image_whose_header_claims_too_many_pixels_is_skipped_and_counted(tmp
     assert sorted(r.image.name for r in train + val) == ["a.png", "b.png", "c.png"]
     assert "big.png" in caplog.text and why in caplog.text
     assert "skipped 1 example(s) whose image cannot be read" in caplog.text
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_named_pipe_named_like_an_image_is_skipped_not_waited_on(tmp_path, caplog) -> None:
+    """Opening a FIFO blocks until someone writes to it: the scan hung forever on one."""
+    from tokformer.tasks.vqa_data import read_folder
+
+    lines = [f'{{"image": "{name}", "answer": "x"}}' for name in ("a.png", "b.png", "c.png", "pipe.png")]
+    write_folder(tmp_path, lines, {"a.png": None, "b.png": None, "c.png": None})
+    os.mkfifo(tmp_path / "pipe.png")
+    with caplog.at_level("WARNING"):
+        train, val = read_folder(tmp_path, val_fraction=1 / 3, seed=0)
+    assert sorted(r.image.name for r in train + val) == ["a.png", "b.png", "c.png"]
+    assert "pipe.png: not a regular file" in caplog.text
 
 
 def test_train_and_val_folders_are_read_as_given(tmp_path) -> None:

@@ -261,7 +261,7 @@ class ImagePatchTokenizer(Tokenizer):
             problems.append(f"patch_size must be positive, got {self.patch_size}")
         if min(self.image_size) < self.patch_size:
             problems.append(f"image_size {self.image_size} is smaller than one {self.patch_size}px patch")
-        elif any(s % self.patch_size for s in self.image_size):
+        elif self.patch_size > 0 and any(s % self.patch_size for s in self.image_size):
             problems.append(f"image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")
         if self.channels not in (1, 3):
             problems.append(f"channels must be 1 or 3, got {self.channels}")
