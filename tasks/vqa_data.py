@@ -239,6 +239,12 @@ def _record(line: str, where: str, folder: Path) -> Record:
             raise DataError(f'{where}: "{name}" must be a string, got {files.shown(fields.get(name))}')
     if not fields["answer"].strip():
         raise DataError(f'{where}: "answer" is empty')
+    for name in ("image", "answer", "question"):
+        try:
+            fields.get(name, "").encode("utf-8")
+        except UnicodeEncodeError:  # JSON's "\ud800" escape: a lone surrogate no text can hold
+            raise DataError(f'{where}: "{name}" holds a lone surrogate (an unpaired \\ud800-\\udfff escape), '
+                            "which is not text") from None
     image = files.inside(folder, fields["image"], f'{where}: "image"')
     return Record(image, fields.get("question", "").strip(), fields["answer"].strip(), where)
 

@@ -180,6 +180,8 @@ def test_records_read_with_images_relative_to_their_file(tmp_path) -> None:
     ('{"image": "../a.png", "answer": "x"}', "points outside"),
     ('{"image": "/etc/passwd", "answer": "x"}', "points outside"),
     ("", "empty line"),
+    ('{"image": "a.png", "answer": "x", "question": "bad \\ud800"}', '"question" holds a lone surrogate'),
+    ('{"image": "a.png", "answer": "\\udfff"}', '"answer" holds a lone surrogate'),
 ])
 def test_a_bad_line_is_one_error_naming_file_and_line(line, message, tmp_path) -> None:
     from tokformer.errors import DataError
