@@ -116,6 +116,8 @@ def attention_figure(source: str | os.PathLike, image: str | os.PathLike, questi
     from tokformer.tokenizers.image import open_image
 
     out = Path(out)
+    if out.exists() and not out.is_file():  # --overwrite replaces a figure, never a folder or a device
+        raise UsageError(f"{out} is a folder or another non-file; give the path of a .png file to write")
     if out.exists() and not overwrite:
         raise UsageError(f"{out} exists; pass --overwrite to replace it")
     predictor = load(source, checkpoint, device)

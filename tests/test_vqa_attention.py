@@ -113,3 +113,8 @@ def test_the_attention_command_writes_its_figure_and_keeps_what_is_there(tmp_pat
     assert not list(tmp_path.glob(".*partial*"))
     bad_layer = CliRunner().invoke(main, [*args, "--overwrite", "--layer", "5"])
     assert bad_layer.exit_code == 2 and "the model has 2 layers" in bad_layer.output
+    folder = tmp_path / "figures"
+    folder.mkdir()
+    onto_folder = CliRunner().invoke(main, [*args[:-3], "-o", str(folder), "-q", "--overwrite"])
+    assert onto_folder.exit_code == 2 and "is a folder or another non-file" in onto_folder.output
+    assert folder.is_dir() and not list(tmp_path.glob(".*partial*")), "a half-written figure was left behind"
