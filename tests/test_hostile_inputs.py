@@ -237,6 +237,19 @@ def test_training_a_model_that_cannot_fit_in_memory_is_refused_before_building_i
     assert not (tmp_path / "run").exists()
 
 
+def test_a_model_too_large_even_to_size_is_refused_not_built() -> None:
+    """Found by a hostile probe: `--cnn-depth 26` (channels doubling per stage) asks for a conv weight past 2^63
+    bytes; sizing it on the meta device overflowed, the size came back unknown, the memory checks were skipped
+    and the real build allocated until the OOM killer came (17 GB in a minute)."""
+    from tokformer.store.budget import planned_size
+    from tokformer.tokenizers.image_local import LocalPatchTokenizer
+
+    tokenizer = LocalPatchTokenizer(patch_size=32, image_size=64, cnn_depth=40)
+    with pytest.raises(ConfigError, match="too large to allocate"):
+        planned_size(lambda: tokenizer.build_embedder(64))
+    assert planned_size(lambda: LocalPatchTokenizer(patch_size=32, image_size=64).build_embedder(64)) > 0
+
+
 def test_a_yaml_config_with_aliases_is_refused_before_it_expands(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"

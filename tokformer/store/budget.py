@@ -34,6 +34,9 @@ def planned_size(build: Callable[[], nn.Module]) -> int | None:
         with torch.device("meta"):
             model = build()
     except (NotImplementedError, RuntimeError, TypeError, ValueError) as e:  # a builder that reads tensor values
+        if "overflow" in str(e):  # a tensor past 2^63 bytes: no machine has it, and building it for real fills memory
+            raise ConfigError(f"the config asks for a tensor too large to allocate ({e}); make the model smaller"
+                              ) from None
         log.debug("cannot size the model on the meta device: %s", e)
         return None
     return sum(t.numel() for t in (*model.parameters(), *model.buffers()))
