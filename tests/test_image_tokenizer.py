@@ -173,3 +173,16 @@ def test_a_patch_size_that_is_not_positive_is_one_tokenizer_error(patch: int) ->
     """`--patch-size 0` divided by zero while the other checks ran (an internal ZeroDivisionError)."""
     with pytest.raises(TokenizerError, match=f"patch_size must be positive, got {patch}"):
         ImagePatchTokenizer(patch_size=patch, image_size=64)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_a_16_bit_png_is_scaled_to_0_1_not_clipped_white(tmp_path, channels: int) -> None:
+    """PIL's convert clips a 16-bit grey image at 255: a full-range ramp came out 99.6% white."""
+    ramp = np.arange(256 * 256, dtype=np.uint16).reshape(256, 256)  # 0 .. 65535
+    Image.fromarray(ramp).save(tmp_path / "ramp16.png")
+    assert Image.open(tmp_path / "ramp16.png").mode == "I;16"
+    pixels = raw(channels=channels, image_size=256, patch_size=16).to_tensor(tmp_path / "ramp16.png")
+    assert pixels.shape == (channels, 256, 256)
+    expected = torch.from_numpy(ramp.astype(np.float32) / 65535)
+    for c in range(channels):
+        torch.testing.assert_close(pixels[c], expected)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from einops import rearrange
@@ -51,6 +52,8 @@ DECODE_ERRORS = (
     NotImplementedError,
     Image.DecompressionBombError,
 )
+#: PIL's modes of 16-bit grey images (a 16-bit PNG opens as I;16).
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 SizePolicy = Literal["pad", "resize", "error"]
@@ -332,6 +335,13 @@ class ImagePatchTokenizer(Tokenizer):
         path = sample if isinstance(sample, (str, Path)) else None
         if path is not None:
             sample = open_image(path)
+        if isinstance(sample, Image.Image) and sample.mode in SIXTEEN_BIT_MODES:
+            # PIL's convert to L/RGB clips 16-bit values at 255 (a full-range image turns white): scale instead
+            try:
+                pixels = np.asarray(sample, dtype=np.float32) / 65535.0  # [H, W] in [0, 1]
+            except DECODE_ERRORS as err:
+                raise DataError(f"{path or 'image'}: cannot decode a {sample.mode} image: {err}") from None
+            return self._match_channels(torch.from_numpy(pixels)[None])  # [channels, H, W]
         if isinstance(sample, Image.Image):
             mode, original = ("RGB" if self.channels == 3 else "L"), sample.mode
             try:
