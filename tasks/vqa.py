@@ -33,7 +33,18 @@ from torch.utils.data import Dataset
 
 from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
-from tokformer.engine import TOKENIZER_DIR, Dist, Predictor, StepOutput, Task, barrier, help_text, load, register_task
+from tokformer.engine import (
+    TOKENIZER_DIR,
+    Dist,
+    Predictor,
+    StepOutput,
+    Task,
+    barrier,
+    help_text,
+    load,
+    memory_limit,
+    register_task,
+)
 from tokformer.errors import ConfigError, DataError
 from tokformer.sampling import SamplingConfig
 from tokformer.tasks import vqa_data
@@ -137,6 +148,23 @@ class Examples(Dataset):
 SCENES_PER_CHUNK = 1000
 
 
+def builtin_example_bytes(size: int) -> int:
+    """Memory one built-in example holds: its ``size`` x ``size`` RGB picture and about 1 kB of text and
+    bookkeeping (the Example, its strings, flags)."""
+    return 3 * size * size + 1024
+
+
+def check_builtin_fits(c: VQAConfig) -> None:
+    """Refuse built-in data sizes whose scenes cannot fit in memory, before drawing any (they are drawn up
+    front, so a few digits of ``--train-size`` could ask for a terabyte). Checked when the data are made,
+    not when a config is read: a trained model loads on a smaller machine."""
+    need, limit = (c.train_size + c.eval_size) * builtin_example_bytes(c.image_size), memory_limit()
+    if limit is not None and need > limit:
+        raise ConfigError(f"train_size + eval_size = {c.train_size + c.eval_size:,} built-in examples take about "
+                          f"{need / 2**30:.1f} GiB, more than the {limit / 2**30:.1f} GiB of memory available; "
+                          "ask for fewer")
+
+
 def builtin_examples(n: int, seed: int, split: str, size: int) -> list[Example]:
     """The first ``n`` examples of a built-in split, drawn ``SCENES_PER_CHUNK`` scenes at a time."""
     examples: list[Example] = []
@@ -173,6 +201,7 @@ class VQATask(Task):
         if self._splits is None:
             c = self.config
             if c.builtin:
+                check_builtin_fits(c)
                 train = builtin_examples(c.train_size, c.data_seed, "train", c.image_size)
                 evals = builtin_examples(c.eval_size, c.data_seed, "test", c.image_size)
             else:

@@ -483,3 +483,17 @@ def test_a_shard_index_whose_vocabulary_is_not_its_tokenizers_is_refused(tmp_pat
     (out / INDEX_FILE).write_text(json.dumps(index))
     with pytest.raises(DataError, match="records vocab_size .* and eot_id .*, but its tokenizer has"):
         ShardedCorpus(out, 0.1).tokenizer()
+
+
+def test_a_built_in_data_size_that_cannot_fit_in_memory_is_refused_before_drawing(monkeypatch) -> None:
+    """Found by a hostile probe: `tokformer train vqa --train-size 100000000` drew scenes for 9 minutes and 6.7 GB
+    before it was killed, on its way to about 1.2 TB. The config itself stays valid (a model trained with it
+    must still load on a smaller machine): the data refuse to be made."""
+    from tokformer.tasks.vqa import VQAConfig, VQATask, builtin_example_bytes
+
+    monkeypatch.setenv("TOKFORMER_MEMORY_LIMIT", str(10**9))
+    task = VQATask(VQAConfig(train_size=100_000_000))
+    too_many = r"100,002,000 built-in examples take about \d+\.\d GiB, more than the 0\.9 GiB"
+    with pytest.raises(ConfigError, match=too_many):
+        task.train_dataset()
+    assert 20_000 * builtin_example_bytes(64) < 10**9, "the defaults stay well inside a small machine's memory"

@@ -19,6 +19,7 @@ from tokformer.runtime.distributed import Dist, barrier, local
 from tokformer.runtime.registry import get_task, name_of, register_task, task_names
 from tokformer.runtime.task import TOKENIZER_DIR, StepOutput, Task
 from tokformer.store.atomic import fsync_dir, staged_folder, write_json_atomic
+from tokformer.store.budget import memory_limit
 from tokformer.store.checkpoints import tokenizer_fingerprint
 from tokformer.store.loader import Predictor, load, load_model, load_run, saved_task_name
 from tokformer.store.lock import hold as hold_lock
@@ -51,6 +52,7 @@ __all__ = [
     "load_run",
     "local",
     "lr_at",
+    "memory_limit",
     "name_of",
     "over_seeds",
     "progress",

@@ -64,14 +64,19 @@ def available_memory() -> int | None:
     return None
 
 
+def memory_limit() -> int | None:
+    """Bytes a new allocation may take: ``TOKFORMER_MEMORY_LIMIT`` if set, else the memory available now
+    (None where unknown)."""
+    override = os.environ.get("TOKFORMER_MEMORY_LIMIT")
+    return int(override) if override and override.isdigit() else available_memory()
+
+
 def check_memory(size: int | None, bytes_per_parameter: int, what: str, *, limit: int | None = None) -> None:
     """Refuse ``what`` (a model of ``size`` elements, ``bytes_per_parameter`` each) when it cannot fit in
     ``limit`` bytes (default: the memory available now); ``TOKFORMER_MEMORY_LIMIT`` (bytes) overrides it."""
     if size is None:
         return
-    if limit is None:
-        override = os.environ.get("TOKFORMER_MEMORY_LIMIT")
-        limit = int(override) if override and override.isdigit() else available_memory()
+    limit = memory_limit() if limit is None else limit
     if limit is None:
         return
     need = size * bytes_per_parameter
