@@ -284,3 +284,17 @@ def test_folders_without_usable_data_are_refused(setup, message, tmp_path) -> No
         write_folder(root, ['{"image": "a.png", "answer": "x"}'], {"a.png": None})
     with pytest.raises(DataError, match=message):
         read_folder(root, 0.2, seed=0)
+
+
+def test_a_file_saved_with_a_byte_order_mark_reads_like_one_without(tmp_path) -> None:
+    """Windows editors start UTF-8 files with a BOM: the first JSON line was refused ("Unexpected UTF-8 BOM"),
+    and a parallel-text file would have glued it to its first sentence."""
+    from tokformer.files import read_lines
+    from tokformer.tasks.vqa_data import read_records
+
+    path = write_folder(tmp_path, ['{"image": "a.png", "answer": "x"}', '{"image": "a.png", "answer": "y"}'],
+                        {"a.png": None})
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    records, skipped = read_records(path)
+    assert [r.answer for r in records] == ["x", "y"] and skipped == 0
+    assert read_lines(path)[0].startswith('{"image"')

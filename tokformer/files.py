@@ -59,10 +59,11 @@ def read_bytes(path: str | os.PathLike) -> bytes:
 
 def read_text(path: str | os.PathLike) -> str:
     """The file's UTF-8 text, or a DataError naming it (missing, unreadable, a directory, not a regular
-    file, not UTF-8)."""
+    file, not UTF-8). A leading byte-order mark (Windows editors write one) is dropped: it is never
+    content, and kept it would make the first JSON line invalid or glue itself to the first sentence."""
     data = read_bytes(path)
     with reading(path):  # a decoding error names the file too
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
