@@ -14,7 +14,6 @@ without images, or a missing torchvision dataset without ``download`` is a DataE
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from tokformer.errors import DataError
-from tokformer.tokenizers.image import DECODE_ERRORS, MAX_IMAGE_PIXELS, open_image
+from tokformer.tokenizers.image import checked_image, open_image
 
 log = logging.getLogger(__name__)
 
@@ -142,24 +141,14 @@ class ImageFiles(Dataset):
 
 
 def readable_image(path: Path) -> bool:
-    """PIL can identify the file and tokformer would decode it (header checks, cheap): unreadable files,
-    and files whose header claims more than :data:`MAX_IMAGE_PIXELS`, are skipped with a warning."""
-    if path.exists() and not path.is_file():  # a pipe would block the open forever, a device never end
-        log.warning("skipping %s: not a regular file", path)
-        return False
+    """The file passes :func:`checked_image`'s header checks (a regular file, within the pixel limit) and
+    PIL can identify it (cheap: nothing is decoded); other files are skipped with a warning naming them."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size is checked below
-            with Image.open(path) as image:
-                width, height = image.size
-                if width * height > MAX_IMAGE_PIXELS:
-                    log.warning("skipping image %s: %d x %d pixels, more than the %s tokformer decodes", path,
-                                width, height, f"{MAX_IMAGE_PIXELS:,}")
-                    return False
-                image.verify()
+        with checked_image(path) as image:
+            image.verify()
         return True
-    except DECODE_ERRORS as err:  # Image.open itself raises DecompressionBombError past PIL's own limit
-        log.warning("skipping unreadable image %s: %s", path, err)
+    except DataError as err:
+        log.warning("skipping unreadable image: %s", err)
         return False
 
 

@@ -244,7 +244,7 @@ def test_a_named_pipe_named_like_an_image_is_skipped_not_waited_on(tmp_path, cap
     with caplog.at_level("WARNING"):
         train, val = read_folder(tmp_path, val_fraction=1 / 3, seed=0)
     assert sorted(r.image.name for r in train + val) == ["a.png", "b.png", "c.png"]
-    assert "pipe.png: not a regular file" in caplog.text
+    assert "pipe.png is not a regular file" in caplog.text
 
 
 def test_train_and_val_folders_are_read_as_given(tmp_path) -> None:

@@ -19,9 +19,10 @@ sequences are padded and masked.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -457,10 +458,11 @@ class ImagePatchTokenizer(Tokenizer):
 MAX_IMAGE_PIXELS = 1 << 25
 
 
-def open_image(path: str | Path) -> Image.Image:
-    """Open an image file fully (so a truncated file fails here), or raise DataError naming it.
-    Its size is checked from the header first: a file that would decode past
-    :data:`MAX_IMAGE_PIXELS` is refused before any pixel is decoded."""
+@contextlib.contextmanager
+def checked_image(path: str | Path) -> Iterator[Image.Image]:
+    """``Image.open(path)`` behind the checks that need no pixel decoded: a regular file (opening a pipe
+    blocks forever) whose header claims at most :data:`MAX_IMAGE_PIXELS`. Any failure, of the checks or
+    of the caller's block (decoding, verifying), is a DataError naming the file."""
     if Path(path).exists() and not Path(path).is_file() and not Path(path).is_dir():
         raise DataError(f"{path} is not a regular file (a pipe, socket or device); give an image file")
     try:
@@ -470,8 +472,7 @@ def open_image(path: str | Path) -> Image.Image:
             if width * height > MAX_IMAGE_PIXELS:
                 raise DataError(f"image {path} is {width} x {height} pixels, more than the {MAX_IMAGE_PIXELS:,} "
                                 "tokformer decodes; resize it first")
-            image.load()
-            return image
+            yield image
     except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
         raise file_error(path, err) from None
     except DECODE_ERRORS as err:
@@ -479,3 +480,10 @@ def open_image(path: str | Path) -> Image.Image:
             raise DataError(f"image file {path} is empty") from None
         raise DataError(f"cannot read image {path}: {err}") from None
 
+
+def open_image(path: str | Path) -> Image.Image:
+    """Open an image file fully (so a truncated file fails here), or raise DataError naming it
+    (:func:`checked_image`: its size is checked from the header before any pixel is decoded)."""
+    with checked_image(path) as image:
+        image.load()
+        return image
