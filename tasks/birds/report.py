@@ -602,13 +602,12 @@ def _attention_findings(attention: AttentionSummary) -> list[str]:
         out.append(f"{name}, layer {layer + 1}: a compared bird's tokens put {100 * mean[0]:.1f}% of their "
                    f"attention on their own bird ({100 * mean[1]:.1f}% on its other tokens; head {best + 1}: "
                    f"{100 * own[layer, best, 1]:.1f}%), where the bird holds {100 * mean[2]:.1f}% of the tokens.")
-    counting = attention.counting if attention.counting is not None else np.zeros((0, 0, 2))
-    for layer in range(counting.shape[0]):
-        mass, share = counting[layer].mean(axis=0)  # over heads
-        best = int(counting[layer, :, 0].argmax())
+    for layer, heads in enumerate(attention.counting if attention.counting is not None else []):
+        mass, share = heads.mean(axis=0)  # [heads, 2] -> over heads
+        best = int(heads[:, 0].argmax())
         out.append(f"{name} trained to count, layer {layer + 1}: its patch tokens put {100 * mass:.1f}% of their "
                    f"attention on the birds' tokens, {mass / share:.1f}x the {100 * share:.1f}% the birds hold "
-                   f"(head {best + 1}: {100 * counting[layer, best, 0]:.1f}%).")
+                   f"(head {best + 1}: {100 * heads[best, 0]:.1f}%).")
     return out
 
 
