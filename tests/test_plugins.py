@@ -52,6 +52,8 @@ def test_file_errors_are_one_data_error_naming_the_file(tmp_path, monkeypatch):
 
     latin = tmp_path / "latin.txt"
     latin.write_bytes("caf\xe9".encode("latin-1"))
+    later = tmp_path / "later.jsonl"  # the bad byte on line 3, after a byte-order mark and a CRLF line
+    later.write_bytes(b"\xef\xbb\xbf{}\r\n{}\n{\"a\": \"\xff\"}\n")
     locked = tmp_path / "locked.txt"
     locked.write_text("x")
     real = type(locked).read_bytes
@@ -61,7 +63,8 @@ def test_file_errors_are_one_data_error_naming_the_file(tmp_path, monkeypatch):
     cases = {tmp_path / "missing.txt": f"{tmp_path / 'missing.txt'}: no such file",
              tmp_path: f"{tmp_path} is a directory, not a file",
              locked: f"cannot read {locked}: permission denied",
-             latin: f"{latin} is not UTF-8 text (invalid byte at offset 3)"}
+             latin: f"{latin}:1 is not UTF-8 text (invalid byte 0xe9 at column 4)",
+             later: f"{later}:3 is not UTF-8 text (invalid byte 0xff at column 8)"}
     for path, message in cases.items():
         with pytest.raises(DataError) as raised:
             read_text(path)

@@ -62,8 +62,19 @@ def read_text(path: str | os.PathLike) -> str:
     file, not UTF-8). A leading byte-order mark (Windows editors write one) is dropped: it is never
     content, and kept it would make the first JSON line invalid or glue itself to the first sentence."""
     data = read_bytes(path)
-    with reading(path):  # a decoding error names the file too
+    try:
         return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise not_utf8(path, error) from None
+
+
+def not_utf8(path: str | os.PathLike, error: UnicodeDecodeError) -> DataError:
+    """The DataError for bytes of ``path`` that are not UTF-8, naming the line and column (1-based) of
+    the first bad byte when ``error.object`` is the whole text (as :func:`read_text` decodes it)."""
+    text, start = bytes(error.object), error.start
+    line = text.count(b"\n", 0, start) + 1
+    column = start - (text.rfind(b"\n", 0, start) + 1) + 1
+    return DataError(f"{path}:{line} is not UTF-8 text (invalid byte 0x{text[start]:02x} at column {column})")
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
