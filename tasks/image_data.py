@@ -34,6 +34,8 @@ SHAPE_CLASSES = (
     "h_stripes", "v_stripes", "checker", "diagonal", "frame",
 )  # fmt: skip
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
+#: Names of the held-out folder beside ``train/`` in data that come split.
+HELD_OUT_FOLDERS = ("val", "valid", "validation", "test")
 TORCHVISION_DATASETS = {
     "cifar10": "CIFAR10",
     "cifar100": "CIFAR100",
@@ -140,12 +142,14 @@ class ImageFiles(Dataset):
         return open_image(path), label
 
 
-def readable_image(path: Path) -> bool:
+def readable_image(path: Path, decode: bool = False) -> bool:
     """The file passes :func:`checked_image`'s header checks (a regular file, within the pixel limit) and
-    PIL can identify it (cheap: nothing is decoded); other files are skipped with a warning naming them."""
+    PIL can identify it (cheap: nothing is decoded), or with ``decode`` decodes whole (a valid header
+    over broken or truncated pixel data fails only here); other files are skipped with a warning naming
+    them."""
     try:
         with checked_image(path) as image:
-            image.verify()
+            image.load() if decode else image.verify()
         return True
     except DataError as err:
         log.warning("skipping unreadable image: %s", err)
@@ -179,14 +183,25 @@ def scan_folder(root: Path, classes: list[str] | None = None) -> tuple[list[tupl
     return samples, classes
 
 
+def split_folders(root: Path) -> tuple[Path, Path] | None:
+    """``(root/train, root/val)`` (or ``valid``, ``validation``, ``test``) for data that come split, None
+    for one folder to split. A ``train`` folder with no held-out folder beside it is a DataError: read
+    as one folder, ``train`` would become a class of its own, or its files would be missed."""
+    train = root / "train"
+    held_out = next((root / n for n in HELD_OUT_FOLDERS if (root / n).is_dir()), None)
+    if train.is_dir() and held_out is None:
+        raise DataError(f"{root} has a train/ folder but no {'/, '.join(HELD_OUT_FOLDERS)}/ beside it: add the "
+                        f"held-out split there, or put all the data directly in {root} to hold out a share")
+    return (train, held_out) if train.is_dir() and held_out is not None else None
+
+
 def folder_datasets(root: Path, val_fraction: float, seed: int) -> tuple[ImageFiles, ImageFiles]:
     """``root/train`` + ``root/val`` (or ``root/test``) if present; else ``root``'s class
     folders, with a seeded ``val_fraction`` of the images held out."""
-    train_dir = root / "train"
-    held_out = next((root / n for n in ("val", "valid", "validation", "test") if (root / n).is_dir()), None)
-    if train_dir.is_dir() and held_out is not None:
-        train, classes = scan_folder(train_dir)
-        evals, _ = scan_folder(held_out, classes)
+    split = split_folders(root)
+    if split is not None:
+        train, classes = scan_folder(split[0])
+        evals, _ = scan_folder(split[1], classes)
         return ImageFiles(train, classes), ImageFiles(evals, classes)
     samples, classes = scan_folder(root)
     order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(seed)).tolist()

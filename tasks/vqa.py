@@ -91,8 +91,8 @@ class VQAConfig:
         "feed the question; off, the model sees the picture alone (the image-only baseline)"))
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if not 0.0 < self.val_fraction < 1.0:  # 0 would leave nothing to evaluate on
+            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         for name in ("train_size", "eval_size", "max_question_tokens", "max_answer_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

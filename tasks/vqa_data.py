@@ -44,7 +44,7 @@ from tokformer.tasks.birds.data import (
     BirdImages,
     draw_scenes,
 )
-from tokformer.tasks.image_data import readable_image
+from tokformer.tasks.image_data import readable_image, split_folders
 
 log = logging.getLogger(__name__)
 
@@ -211,14 +211,15 @@ class Record:
 def read_records(path: str | Path) -> tuple[list[Record], int]:
     """The records of one JSONL file, ``{"image": "relative/path.png", "question": "...", "answer": "..."}``
     a line (question optional; image paths relative to the file, never outside its folder), and how
-    many were skipped because their image cannot be read (each named in the log). A malformed line is
-    a DataError naming ``file:line``."""
+    many were skipped because their image cannot be read (each named in the log; every image is
+    decoded once here, so one broken halfway through cannot stop a run later). A malformed line is a
+    DataError naming ``file:line``."""
     path = Path(path)
     records, skipped = [], 0
     for number, line in enumerate(files.read_lines(path), start=1):
         where = f"{path}:{number}"
         record = _record(line, where, path.parent)
-        if readable_image(record.image):
+        if readable_image(record.image, decode=True):
             records.append(record)
         else:
             skipped += 1
@@ -256,14 +257,15 @@ def read_folder(root: str | Path, val_fraction: float, seed: int) -> tuple[list[
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"vqa data folder not found: {root}")
-    held_out = _held_out_folder(root)
-    if held_out is not None:
-        return read_all(root / "train"), read_all(held_out)
+    split = split_folders(root)
+    if split is not None:
+        return read_all(split[0]), read_all(split[1])
     records = read_all(root)
     order = torch.randperm(len(records), generator=torch.Generator().manual_seed(seed)).tolist()
     n_eval = int(round(len(records) * val_fraction))
     if not 0 < n_eval < len(records):
-        raise DataError(f"{root} has {len(records)} examples: too few to hold out {val_fraction:.0%} for evaluation")
+        raise DataError(f"{root} has {len(records)} examples: too few to hold out {val_fraction:.1%} for "
+                        "evaluation and train on the rest")
     return [records[i] for i in order[n_eval:]], [records[i] for i in order[:n_eval]]
 
 
@@ -272,19 +274,11 @@ def read_eval(path: str | Path) -> list[Record]:
     ``val``/``test`` folder when it has ``train`` too, else all of its ``*.jsonl``)."""
     path = Path(path)
     if path.is_file():
-        records, skipped = read_records(path)
-        if not records:
-            raise DataError(f"{path} has no example with a readable image ({skipped} skipped)")
-        return records
+        return _counted(path, [path])
     if not path.is_dir():
         raise DataError(f"vqa data not found: {path}")
-    return read_all(_held_out_folder(path) or path)
-
-
-def _held_out_folder(root: Path) -> Path | None:
-    """``root/val`` (or ``valid``, ``validation``, ``test``) when ``root/train`` is there too."""
-    held_out = next((root / n for n in ("val", "valid", "validation", "test") if (root / n).is_dir()), None)
-    return held_out if (root / "train").is_dir() else None
+    split = split_folders(path)
+    return read_all(split[1] if split is not None else path)
 
 
 def read_all(folder: Path) -> list[Record]:
@@ -293,13 +287,19 @@ def read_all(folder: Path) -> list[Record]:
     if not paths:
         raise DataError(f"{folder} has no .jsonl files: expected lines like "
                         '{"image": "images/1.png", "question": "how many birds?", "answer": "three"}')
+    return _counted(folder, paths)
+
+
+def _counted(source: Path, paths: list[Path]) -> list[Record]:
+    """The records of ``paths``, with one warning counting the examples skipped for their image; a
+    DataError if none is left."""
     records, skipped = [], 0
     for path in paths:
         more, unreadable = read_records(path)
         records += more
         skipped += unreadable
     if skipped:
-        log.warning("%s: skipped %d example(s) whose image cannot be read", folder, skipped)
+        log.warning("%s: skipped %d example(s) whose image cannot be read", source, skipped)
     if not records:
-        raise DataError(f"{folder} has no example with a readable image")
+        raise DataError(f"{source} has no example with a readable image ({skipped} skipped)")
     return records

@@ -194,17 +194,77 @@ def test_a_bad_line_is_one_error_naming_file_and_line(line, message, tmp_path) -
     assert "\n" not in str(info.value)
 
 
+def _broken_pixels() -> dict[str, bytes]:
+    """Images whose header PIL reads but whose pixels do not decode: a PNG with scrambled compressed data
+    (its checksums recomputed, so ``verify`` passes) and a JPEG cut after a third of its bytes."""
+    import io
+
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    png, jpeg = io.BytesIO(), io.BytesIO()
+    Image.fromarray(pixels).save(png, format="PNG")
+    Image.fromarray(pixels).save(jpeg, format="JPEG")
+    data, at, out = png.getvalue(), 8, png.getvalue()[:8]
+    while at < len(data):
+        (length,), kind = struct.unpack(">I", data[at:at + 4]), data[at + 4:at + 8]
+        body = data[at + 8:at + 8 + length]
+        body = bytes(b ^ 0x33 for b in body) if kind == b"IDAT" else body
+        out += struct.pack(">I", length) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        at += 12 + length
+    return {"scrambled.png": out, "cut.jpg": jpeg.getvalue()[: len(jpeg.getvalue()) // 3]}
+
+
 def test_unreadable_images_are_skipped_named_and_counted(tmp_path, caplog) -> None:
+    """Not an image, missing, and valid headers over pixels that do not decode (which passed the scan
+    and stopped the run at the batch holding them): all named, skipped and counted up front."""
     from tokformer.tasks.vqa_data import read_folder
 
-    lines = [f'{{"image": "{name}", "answer": "x"}}' for name in ("a.png", "b.png", "c.png", "broken.png",
-                                                                  "missing.png")]
-    write_folder(tmp_path, lines, {"a.png": None, "b.png": None, "c.png": None, "broken.png": b"not a png"})
+    broken = _broken_pixels()
+    lines = [f'{{"image": "{name}", "answer": "x"}}'
+             for name in ("a.png", "b.png", "c.png", "broken.png", "missing.png", *broken)]
+    write_folder(tmp_path, lines, {"a.png": None, "b.png": None, "c.png": None, "broken.png": b"not a png", **broken})
     with caplog.at_level("WARNING"):
         train, val = read_folder(tmp_path, val_fraction=1 / 3, seed=0)
     assert sorted(r.image.name for r in train + val) == ["a.png", "b.png", "c.png"] and len(val) == 1
-    assert "broken.png" in caplog.text and "missing.png" in caplog.text
-    assert "skipped 2 example(s) whose image cannot be read" in caplog.text
+    assert all(name in caplog.text for name in ("broken.png", "missing.png", *broken))
+    assert "skipped 4 example(s) whose image cannot be read" in caplog.text
+
+
+def test_an_evaluation_file_counts_what_it_skips(tmp_path, caplog) -> None:
+    """``tokformer evaluate RUN --data FILE.jsonl`` said nothing of the examples it left out."""
+    from tokformer.tasks.vqa_data import read_eval
+
+    path = write_folder(tmp_path, [f'{{"image": "{name}", "answer": "x"}}' for name in ("a.png", "gone.png")],
+                        {"a.png": None})
+    with caplog.at_level("WARNING"):
+        records = read_eval(path)
+    assert [r.image.name for r in records] == ["a.png"]
+    assert f"{path}: skipped 1 example(s) whose image cannot be read" in caplog.text
+
+
+def test_a_train_folder_without_a_held_out_one_is_refused_by_name(tmp_path) -> None:
+    """Read as one flat folder, DIR/train/*.jsonl gave "DIR has no .jsonl files" (and a classify folder
+    took ``train`` for a class)."""
+    from tokformer.errors import DataError
+    from tokformer.tasks.image_data import folder_datasets
+    from tokformer.tasks.vqa_data import read_eval, read_folder
+
+    write_folder(tmp_path / "train", ['{"image": "a.png", "answer": "x"}'] * 3, {"a.png": None})
+    for read in (lambda: read_folder(tmp_path, 0.5, seed=0), lambda: read_eval(tmp_path),
+                 lambda: folder_datasets(tmp_path, 0.5, seed=0)):
+        with pytest.raises(DataError, match=rf"^{tmp_path} has a train/ folder but no val/, valid/, validation/, "
+                                            r"test/ beside it"):
+            read()
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.0, -0.1])
+def test_a_held_out_share_that_leaves_no_split_is_refused_with_the_options(fraction) -> None:
+    """``--val-fraction 0`` passed the option check and then failed every run on a folder."""
+    from tokformer.tasks.vqa import VQAConfig
+
+    with pytest.raises(ValueError, match=rf"val_fraction must be in \(0, 1\), got {fraction}"):
+        VQAConfig(val_fraction=fraction)
 
 
 def _png_header(width: int, height: int) -> bytes:
