@@ -315,7 +315,9 @@ class VQATask(Task):
         targets = batch["targets"]  # [B, Na]
         real = targets != IGNORE
         loss = F.cross_entropy(logits[real], targets[real])
-        correct = (logits.argmax(-1) == targets) | ~real  # [B, Na]
+        choices = logits.detach().clone()
+        choices[..., self._never_answered()] = torch.finfo(choices.dtype).min  # as decoding chooses (predict)
+        correct = (choices.argmax(-1) == targets) | ~real  # [B, Na]
         exact = correct.all(dim=1)  # [B] the whole answer, and where it ends
         metrics = {"exact": (exact.sum(), len(exact)), "token_accuracy": ((correct & real).sum(), real.sum())}
         if not model.training and self.config.builtin:
@@ -328,6 +330,7 @@ class VQATask(Task):
                 max_new_tokens: int | None = None) -> list[str]:
         """The answer to ``prompt`` (one question for every image; "" describes it) for each image
         (file paths, PIL images or ``[3, H, W]`` tensors), decoded greedily."""
+        prompt = prompt.strip()  # as training's questions are
         if prompt and not self.config.use_question:
             raise ConfigError("this model was trained without questions (use_question false): leave the prompt out")
         text = self.text_tokenizer()
@@ -337,8 +340,13 @@ class VQATask(Task):
         answers = generate_answers(model, image, question, bos_id=text.special_tokens[BOS],
                                    eos_id=text.special_tokens[EOS],
                                    max_new_tokens=max_new_tokens or self.config.max_answer_tokens,
-                                   sampling=SamplingConfig(temperature=0.0))
+                                   sampling=SamplingConfig(temperature=0.0), suppress=self._never_answered())
         return [text.decode(a) for a in answers]
+
+    def _never_answered(self) -> list[int]:
+        """Ids no answer holds, so neither decoding nor the exact-match metric may choose them: BOS and
+        padding (an undertrained model printed a raw ``<|bos|>``)."""
+        return [self.text_tokenizer().special_tokens[t] for t in (BOS, PAD)]
 
     def show_prediction(self, source: str, prediction: str) -> str:
         return prediction

@@ -76,6 +76,51 @@ def test_exact_match_is_what_greedy_decoding_answers() -> None:
     assert 0 < int(exact.sum()) < len(examples)  # both kinds of row are there
 
 
+class FavouredHead(torch.nn.Module):
+    """A head that adds ``boost`` to the logits of ``ids``."""
+
+    def __init__(self, head: torch.nn.Module, ids: list[int], boost: float = 100.0) -> None:
+        super().__init__()
+        self.head, self.ids, self.boost = head, ids, boost
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.head(hidden).clone()
+        logits[..., self.ids] += self.boost
+        return logits
+
+
+def test_tokens_no_answer_holds_are_never_chosen() -> None:
+    """BOS and padding are never an answer's token: a model that favours them above everything answers
+    and scores exactly as one that does not (an undertrained model printed a raw ``<|bos|>``)."""
+    task = tiny_task()
+    data = bird_questions(8, seed=0, split="train", size=32)
+    images = torch.from_numpy(data.scenes.images).permute(0, 3, 1, 2)
+    examples = [Example(images[i], data.questions[i], data.answers[i]) for i in range(8)]
+    model = fitted(task, examples[:4], steps=60)
+    batch = task.collate(examples, train=False)
+    with torch.no_grad():
+        plain = task.step(model, batch)
+        answers = [task.predict(model, [e.image], prompt=e.question)[0] for e in examples]
+        text = task.text_tokenizer()
+        model.head = FavouredHead(model.head, [text.special_tokens[BOS], text.special_tokens[PAD]])
+        favoured = task.step(model, batch)
+        assert [task.predict(model, [e.image], prompt=e.question)[0] for e in examples] == answers
+    assert favoured.outputs.tolist() == plain.outputs.tolist()
+    assert favoured.metrics["token_accuracy"][0] == plain.metrics["token_accuracy"][0]
+    assert not any(BOS in a or PAD in a for a in answers)
+
+
+def test_a_prompt_is_read_stripped_as_training_questions_are(monkeypatch) -> None:
+    """Training strips each question; ``--prompt " how many birds? "`` must reach the model the same."""
+    task = tiny_task()
+    model = task.build_model().eval()
+    read = []
+    questions = task._questions
+    monkeypatch.setattr(task, "_questions", lambda texts: read.append(list(texts)) or questions(texts))
+    task.predict(model, [torch.zeros(3, 32, 32, dtype=torch.uint8)], prompt="  how many birds? \n")
+    assert read == [["how many birds?"]]
+
+
 def test_the_question_only_baseline_answers_from_the_training_answers() -> None:
     task = tiny_task()
     image = torch.zeros(3, 32, 32, dtype=torch.uint8)

@@ -13,6 +13,8 @@ the same function as the training forward pass (tested), at O(1) work per new to
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 
@@ -80,9 +82,11 @@ class VisionLanguageModel(nn.Module):
 @torch.no_grad()
 def generate_answers(model: VisionLanguageModel, image: TokenBatch, prompt: TokenBatch, *, bos_id: int,
                      eos_id: int, max_new_tokens: int, sampling: SamplingConfig | None = None,
-                     generator: torch.Generator | None = None) -> list[list[int]]:
+                     generator: torch.Generator | None = None, suppress: Sequence[int] = ()) -> list[list[int]]:
     """Each row's answer ids (without BOS and EOS): the prefix read once, then greedy decoding
-    (``sampling.temperature == 0``, the default here) or sampling, up to ``max_new_tokens``."""
+    (``sampling.temperature == 0``, the default here) or sampling, up to ``max_new_tokens``. The ids of
+    ``suppress`` are never chosen (BOS and padding: no answer holds them, as Hugging Face's
+    ``suppress_tokens``)."""
     sampling = sampling or SamplingConfig(temperature=0.0)
     model.eval()
     caches = model.make_caches()
@@ -93,7 +97,9 @@ def generate_answers(model: VisionLanguageModel, image: TokenBatch, prompt: Toke
     running = torch.ones(rows, dtype=torch.bool, device=key_mask.device)
     for position in range(max_new_tokens):
         key_mask = torch.cat([key_mask, torch.ones_like(key_mask[:, :1])], dim=1)
-        tokens = sample_next(model.step(tokens, position, key_mask, caches), sampling, generator)  # [B]
+        logits = model.step(tokens, position, key_mask, caches)  # [B, V]
+        logits[:, list(suppress)] = torch.finfo(logits.dtype).min  # finite: sample_next refuses inf as damage
+        tokens = sample_next(logits, sampling, generator)  # [B]
         for row in running.nonzero().flatten().tolist():
             if int(tokens[row]) == eos_id:
                 running[row] = False
