@@ -19,6 +19,8 @@ frequent answer. ``tokformer predict RUN image.png --prompt "how many birds?"`` 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -31,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
+from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
 from tokformer.engine import (
@@ -55,6 +58,7 @@ from tokformer.tokenizers.registry import load_tokenizer
 from tokformer.vision_language import VisionLanguageModel, generate_answers
 
 TEXT_DIR = "text_tokenizer"
+QUESTION_ONLY_FILE = "question_only.json"  # the question-only baseline, saved with the model
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 IGNORE = -100  # target of padding: no loss, no metric
 
@@ -129,6 +133,44 @@ class Example:
     held_combo: bool = False
 
 
+@dataclass(frozen=True)
+class QuestionOnly:
+    """The question-only ("blind") baseline: the most frequent training answer to each question, to each
+    question type, and overall. Saved beside the tokenizers, so evaluating a model folder on new data
+    needs no training data."""
+
+    by_question: dict[str, str]
+    by_kind: dict[str, str]
+    overall: str
+
+    @classmethod
+    def fit(cls, train: Sequence[Example]) -> QuestionOnly:
+        by_question, by_kind = defaultdict(Counter), defaultdict(Counter)
+        for e in train:
+            by_question[e.question][e.answer] += 1
+            by_kind[e.kind][e.answer] += 1
+        top = lambda counts: counts.most_common(1)[0][0]  # ties: the answer seen first
+        return cls({q: top(c) for q, c in by_question.items()}, {k: top(c) for k, c in by_kind.items()},
+                   top(Counter(e.answer for e in train)))
+
+    def guess(self, example: Example) -> str:
+        """The answer to the same question, else to its type, else the most frequent one."""
+        return self.by_question.get(example.question) or self.by_kind.get(example.kind) or self.overall
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(dataclasses.asdict(self), indent=0, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> QuestionOnly:
+        saved = files.read_json(path)
+        maps = [saved.get(name) if isinstance(saved, dict) else None for name in ("by_question", "by_kind")]
+        if not (all(isinstance(m, dict) and all(isinstance(v, str) for v in m.values()) for m in maps)
+                and isinstance(saved.get("overall"), str)):
+            raise DataError(f'{path}: expected {{"by_question": {{question: answer}}, "by_kind": {{type: answer}}, '
+                            '"overall": answer}')
+        return cls(maps[0], maps[1], saved["overall"])
+
+
 class Examples(Dataset):
     def __init__(self, examples: list[Example]) -> None:
         self.examples = examples
@@ -188,11 +230,13 @@ class VQATask(Task):
                                                 "eval_every": 500}
     best_metric = "exact"
     higher_is_better = True
+    run_files = (QUESTION_ONLY_FILE,)
 
     def __init__(self, config: VQAConfig) -> None:
         super().__init__(config)
         self.image_tokenizer = config.build_image_tokenizer()
         self.text: BPETokenizer | None = None
+        self._question_only: QuestionOnly | None = None  # from the training split, or read with the model
         self._splits: tuple[Examples, Examples] | None = None
 
     # -- data ------------------------------------------------------------------------------
@@ -225,21 +269,20 @@ class VQATask(Task):
         folder when it has ``train`` too, else all its ``*.jsonl``): ``tokformer evaluate RUN --data``."""
         return Examples([Example(r.image, r.question, r.answer) for r in vqa_data.read_eval(data)])
 
+    def question_only(self) -> QuestionOnly:
+        """The question-only baseline: read with the model, else fitted on the training split."""
+        if self._question_only is None:
+            self._question_only = QuestionOnly.fit(self.train_dataset().examples)
+        return self._question_only
+
     def baselines(self, eval_set: Examples) -> dict[str, dict[str, float]]:
         """The question alone: each evaluation question's most frequent training answer (to the same
         question, else to its type, else overall); and the most frequent training answer."""
-        train = self.train_dataset().examples
-        by_question, by_kind = defaultdict(Counter), defaultdict(Counter)
-        overall = Counter(e.answer for e in train)
-        for e in train:
-            by_question[e.question][e.answer] += 1
-            by_kind[e.kind][e.answer] += 1
-        evals = eval_set.examples
-        blind = [(by_question.get(e.question) or by_kind.get(e.kind) or overall).most_common(1)[0][0] for e in evals]
-        majority = overall.most_common(1)[0][0]
-        share = lambda guesses: sum(g == e.answer for g, e in zip(guesses, evals, strict=True)) / max(len(evals), 1)
-        return {"question only (most frequent answer to it)": {"exact": share(blind)},
-                "most frequent answer": {"exact": share([majority] * len(evals))}}
+        blind, evals = self.question_only(), eval_set.examples
+        share = lambda right: sum(right) / max(len(evals), 1)
+        return {"question only (most frequent answer to it)": {"exact": share(blind.guess(e) == e.answer
+                                                                               for e in evals)},
+                "most frequent answer": {"exact": share(blind.overall == e.answer for e in evals)}}
 
     # -- tokenizers --------------------------------------------------------------------------
 
@@ -266,6 +309,7 @@ class VQATask(Task):
     def save_assets(self, run_dir: Path) -> None:
         self.image_tokenizer.save(run_dir / TOKENIZER_DIR)
         self.text_tokenizer().save(run_dir / TEXT_DIR)
+        self.question_only().save(run_dir / QUESTION_ONLY_FILE)
 
     def load_assets(self, run_dir: Path) -> None:
         image, text = load_tokenizer(run_dir / TOKENIZER_DIR), load_tokenizer(run_dir / TEXT_DIR)
@@ -275,6 +319,8 @@ class VQATask(Task):
                 or text.pad_token != PAD:
             raise DataError(f"{run_dir / TEXT_DIR} is not a BPE tokenizer with {BOS}, {EOS} and {PAD} padding")
         self.image_tokenizer, self.text = image, text
+        if (run_dir / QUESTION_ONLY_FILE).is_file():  # runs from before it was saved fit it on their data
+            self._question_only = QuestionOnly.load(run_dir / QUESTION_ONLY_FILE)
 
     # -- batches, model, loss ------------------------------------------------------------------
 

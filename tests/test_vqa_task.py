@@ -5,6 +5,7 @@ library, the CLI and a reloaded run."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -257,7 +258,18 @@ def test_a_jsonl_folder_trains_and_evaluates(tmp_path) -> None:
     predictor = load(out)
     records = [json.loads(line) for line in lines]
     right = [predictor([str(folder / r["image"])], prompt=r["question"])[0] == r["answer"] for r in records]
-    assert json.loads(evaluated.output.splitlines()[-1])["metrics"]["exact"] == pytest.approx(np.mean(right))
+    report = json.loads(evaluated.output.splitlines()[-1])
+    assert report["metrics"]["exact"] == pytest.approx(np.mean(right))
+    # a model folder evaluates new data with the training folder gone: the baselines travel with the model
+    exported = CliRunner().invoke(main, ["export", str(out), "--out", str(tmp_path / "model"), "-q"])
+    assert exported.exit_code == 0, exported.output
+    shutil.copytree(folder, tmp_path / "elsewhere")
+    shutil.rmtree(folder)
+    again = CliRunner().invoke(main, ["evaluate", str(tmp_path / "model"), "--data",
+                                      str(tmp_path / "elsewhere" / "data.jsonl"), "--json", "-q"])
+    assert again.exit_code == 0, again.output
+    moved = json.loads(again.output.splitlines()[-1])
+    assert moved["baselines"] == report["baselines"] and moved["metrics"]["exact"] == report["metrics"]["exact"]
 
 
 def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path) -> None:

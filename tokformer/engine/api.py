@@ -301,7 +301,8 @@ def evaluate(path: str | os.PathLike, *, data: str | os.PathLike | None = None, 
     ``data`` is other data to evaluate on, all of it, given as the task's ``data`` option takes
     it (an lm text file or folder, a translate .tsv/.jsonl, a classify image folder, a graph
     folder or manifest); by default the task's held-out split. Baselines fit on data are fit
-    on the run's training split, which must still be readable.
+    on the run's training split, which must still be readable, unless the task saves them with
+    the model (vqa's question-only answers).
     """
     speak(quiet)
     source = describe(path)
