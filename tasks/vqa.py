@@ -237,28 +237,30 @@ class VQATask(Task):
         self.image_tokenizer = config.build_image_tokenizer()
         self.text: BPETokenizer | None = None
         self._question_only: QuestionOnly | None = None  # from the training split, or read with the model
-        self._splits: tuple[Examples, Examples] | None = None
+        self._splits: dict[str, Examples] = {}
 
     # -- data ------------------------------------------------------------------------------
 
-    def _datasets(self) -> tuple[Examples, Examples]:
-        if self._splits is None:
+    def _split(self, which: Literal["train", "eval"]) -> Examples:
+        """A split, made when first asked for: built-in ones each on their own (evaluating draws no
+        training scenes), a folder's both at once (one is held out of the other)."""
+        if which not in self._splits:
             c = self.config
             if c.builtin:
                 check_builtin_fits(c)
-                train = builtin_examples(c.train_size, c.data_seed, "train", c.image_size)
-                evals = builtin_examples(c.eval_size, c.data_seed, "test", c.image_size)
+                n, split = (c.train_size, "train") if which == "train" else (c.eval_size, "test")
+                self._splits[which] = Examples(builtin_examples(n, c.data_seed, split, c.image_size))
             else:
                 records = vqa_data.read_folder(c.data, c.val_fraction, c.data_seed)
                 train, evals = ([Example(r.image, r.question, r.answer) for r in part] for part in records)
-            self._splits = Examples(train), Examples(evals)
-        return self._splits
+                self._splits |= {"train": Examples(train), "eval": Examples(evals)}
+        return self._splits[which]
 
     def train_dataset(self) -> Examples:
-        return self._datasets()[0]
+        return self._split("train")
 
     def eval_dataset(self) -> Examples:
-        return self._datasets()[1]
+        return self._split("eval")
 
     @property
     def user_data(self) -> bool:

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from tokformer.cli import main
-from tokformer.engine import train
+from tokformer.engine import evaluate, train
 from tokformer.errors import ConfigError
 from tokformer.store.loader import load
 from tokformer.tasks import vqa
@@ -132,7 +132,7 @@ def test_the_question_only_baseline_answers_from_the_training_answers() -> None:
              Example(image, "q2", "d", "same"),  # q2's answer, c: wrong
              Example(image, "q9", "c", "same"),  # an unseen question: its type's answer, c: right
              Example(image, "q9", "a", "presence")]  # an unseen type: the overall answer, a (first of a, c): right
-    task._splits = Examples(train_set), Examples(evals)
+    task._splits = {"train": Examples(train_set), "eval": Examples(evals)}
     result = task.baselines(Examples(evals))
     assert result["question only (most frequent answer to it)"]["exact"] == 3 / 4
     assert result["most frequent answer"]["exact"] == 2 / 4  # a, for everything
@@ -171,6 +171,19 @@ def test_training_reports_exact_match_per_type_and_held_out_and_the_baselines(ru
     weighted = sum(kinds.count(k) * metrics[f"exact_{k}"] for k in QUESTION_TYPES) / len(kinds)
     assert metrics["exact"] == pytest.approx(weighted)
     assert set(result.report.baselines) == {"question only (most frequent answer to it)", "most frequent answer"}
+
+
+def test_evaluating_a_builtin_run_draws_only_its_evaluation_scenes(run_dir, monkeypatch) -> None:
+    """The question-only baseline is read with the run, so evaluating draws no training scene (it drew
+    all 20,000 of a default run, 21 s on 2 cores, to refit it) and reports what training did."""
+    out, result = run_dir
+    drawn = []
+    draw = vqa.builtin_examples
+    monkeypatch.setattr(vqa, "builtin_examples", lambda n, seed, split, size: drawn.append(split) or
+                        draw(n, seed, split, size))
+    evaluation = evaluate(str(out), checkpoint="latest", quiet=True)
+    assert drawn == ["test"]
+    assert evaluation.baselines == result.report.baselines
 
 
 def test_a_reloaded_run_answers_like_the_task_and_the_cli(run_dir, tmp_path) -> None:
@@ -329,7 +342,7 @@ def two_process_runs(tmp_path_factory) -> dict[str, Path]:
         script.write_text(textwrap.dedent(f"""
             import os
             from pathlib import Path
-            from tokformer.engine import train
+            from tokformer.engine import evaluate, train
             from tokformer.tokenizers.bpe import BPETokenizer
 
             log = Path({str(folder)!r}) / f"bpe-{{os.environ['RANK']}}.txt"
