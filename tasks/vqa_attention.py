@@ -107,6 +107,11 @@ def question_maps(model: nn.Module, task: VQATask, image: Any, questions: Sequen
     return [m.reshape(rows, cols).numpy() for m in maps]
 
 
+#: Most questions one figure shows: a panel each, side by side (a thousand would ask matplotlib for a
+#: canvas thousands of inches wide).
+MAX_QUESTIONS = 8
+
+
 def attention_figure(source: str | os.PathLike, image: str | os.PathLike, questions: Sequence[str],
                      out: str | os.PathLike, *, layer: int = -1, overwrite: bool = False, checkpoint: str = "best",
                      device: str = "cpu") -> Path:
@@ -115,6 +120,8 @@ def attention_figure(source: str | os.PathLike, image: str | os.PathLike, questi
     from tokformer.engine import load
     from tokformer.tokenizers.image import open_image
 
+    if len(questions) > MAX_QUESTIONS:
+        raise UsageError(f"{len(questions)} questions: one figure shows at most {MAX_QUESTIONS}; draw several")
     out = Path(out)
     if out.exists() and not out.is_file():  # --overwrite replaces a figure, never a folder or a device
         raise UsageError(f"{out} is a folder or another non-file; give the path of a .png file to write")

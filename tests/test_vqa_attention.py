@@ -15,7 +15,7 @@ from tokformer.cli import main
 from tokformer.engine import train
 from tokformer.tasks.birds.attention import bird_tokens
 from tokformer.tasks.vqa import Example, VQAConfig, VQATask
-from tokformer.tasks.vqa_attention import answer_attention, asked_bird_share, question_maps
+from tokformer.tasks.vqa_attention import MAX_QUESTIONS, answer_attention, asked_bird_share, question_maps
 from tokformer.tasks.vqa_data import bird_questions
 
 TINY = dict(image_size=32, patch_size=8, train_size=64, eval_size=32, d_model=32, n_heads=2, n_layers=2,
@@ -118,3 +118,7 @@ def test_the_attention_command_writes_its_figure_and_keeps_what_is_there(tmp_pat
     onto_folder = CliRunner().invoke(main, [*args[:-3], "-o", str(folder), "-q", "--overwrite"])
     assert onto_folder.exit_code == 2 and "is a folder or another non-file" in onto_folder.output
     assert folder.is_dir() and not list(tmp_path.glob(".*partial*")), "a half-written figure was left behind"
+    many = CliRunner().invoke(main, [*args[:4], *["how many birds are there?"] * (MAX_QUESTIONS + 1), "-o",
+                                     str(tmp_path / "many.png"), "-q"])
+    assert many.exit_code == 2 and f"one figure shows at most {MAX_QUESTIONS}" in many.output
+    assert not (tmp_path / "many.png").exists()
