@@ -36,6 +36,7 @@ from torch.utils.data import Dataset
 from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
+from tokformer.embedding import Embedder
 from tokformer.engine import (
     TOKENIZER_DIR,
     Dist,
@@ -49,6 +50,7 @@ from tokformer.engine import (
     register_task,
 )
 from tokformer.errors import ConfigError, DataError
+from tokformer.positional import LearnedPositions
 from tokformer.sampling import SamplingConfig
 from tokformer.tasks import vqa_data
 from tokformer.tokenizers.bpe import BPETokenizer
@@ -108,6 +110,11 @@ class VQAConfig:
     @property
     def builtin(self) -> bool:
         return self.data == "birds"
+
+    @property
+    def text_length(self) -> int:
+        """Longest text the BPE batches: a question, or an answer after its BOS."""
+        return max(self.max_question_tokens, self.max_answer_tokens + 1)
 
     def build_image_tokenizer(self) -> ImagePatchTokenizer:
         if self.tokenizer == "local":
@@ -302,7 +309,7 @@ class VQATask(Task):
             c = self.config
             texts = [t for e in self.train_dataset().examples for t in (e.question, e.answer) if t]
             self.text = BPETokenizer.train(texts, c.vocab_size, special_tokens=[BOS, EOS, PAD], pad_token=PAD,
-                                           max_length=max(c.max_question_tokens, c.max_answer_tokens + 1))
+                                           max_length=c.text_length)
         return self.text
 
     def tokenizer_dirs(self) -> tuple[str, ...]:
@@ -352,8 +359,16 @@ class VQATask(Task):
         return text.batch(list(questions), max_length=self.config.max_question_tokens, truncation=True)
 
     def build_model(self) -> VisionLanguageModel:
+        return self._model(self.text_tokenizer().build_embedder(self.config.d_model, dropout=self.config.dropout))
+
+    def planned_model(self) -> VisionLanguageModel:
+        """The model with a text table of ``vocab_size`` rows, the most the BPE learns."""
         c = self.config
-        text_embedder = self.text_tokenizer().build_embedder(c.d_model, dropout=c.dropout)
+        return self._model(Embedder(c.d_model, vocab_size=c.vocab_size,
+                                    position=LearnedPositions(c.d_model, c.text_length)))
+
+    def _model(self, text_embedder: nn.Module) -> VisionLanguageModel:
+        c = self.config
         nn.init.normal_(text_embedder.position.table.weight, std=0.01)  # GPT-2's wpe init
         return VisionLanguageModel(self.image_tokenizer.build_embedder(c.d_model, dropout=c.dropout), text_embedder,
                                    c.transformer())

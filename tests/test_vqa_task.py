@@ -138,6 +138,28 @@ def test_the_question_only_baseline_answers_from_the_training_answers() -> None:
     assert result["most frequent answer"]["exact"] == 2 / 4  # a, for everything
 
 
+def test_the_planned_model_is_the_built_one_with_the_largest_text_table() -> None:
+    """What the engine sizes before any data: every tensor the trained model has, of its shape, but the
+    text table at the configured vocabulary (the most BPE learns; here it learns fewer)."""
+    task = tiny_task(vocab_size=2000)  # more than 64 examples' texts hold
+    built = {n: p.shape for n, p in task.build_model().named_parameters()}
+    planned = {n: p.shape for n, p in task.planned_model().named_parameters()}
+    table = "segments.embedders.prompt.tokens.weight"
+    assert set(planned) == set(built) and table in built
+    assert built[table][0] < planned[table][0] == 2000
+    assert {n: s for n, s in planned.items() if n != table} == {n: s for n, s in built.items() if n != table}
+
+
+def test_a_model_too_large_for_memory_is_refused_before_any_data_are_drawn(tmp_path, monkeypatch) -> None:
+    """Drawing the built-in data and learning the BPE took about half a minute before the size check."""
+    drawn = []
+    monkeypatch.setattr(vqa, "builtin_examples", lambda *args: drawn.append(args))
+    monkeypatch.setenv("TOKFORMER_MEMORY_LIMIT", str(2**20))
+    with pytest.raises(ConfigError, match=r"task vqa's config asks for a model of [\d,]+ parameters"):
+        train("vqa", run_dir=str(tmp_path / "run"), steps=2, quiet=True, **{**TINY, "d_model": 256})
+    assert drawn == [] and not (tmp_path / "run").exists()
+
+
 def test_builtin_examples_are_drawn_chunk_by_chunk_from_the_generators_streams(monkeypatch) -> None:
     """The training set is drawn a chunk at a time (the whole set at once peaked at 4.4 GB), chunk
     ``k`` being the generator's stream ``k``: the same examples as asking for each chunk alone."""

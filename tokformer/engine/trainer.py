@@ -152,6 +152,9 @@ class Trainer:
         task, tc, d = self.task, self.tc, self.d
         if self.resume:
             task.load_assets(self.run_dir)
+        else:  # a model too large is refused before any data are drawn or tokenized for it
+            check_memory(planned_size(task.planned_model), TRAINING_BYTES_PER_PARAMETER,
+                         f"task {self.cfg.task}'s config")
         task.setup(self.run_dir, d)  # rank 0 prepares the data once, the others wait and load it
         train_set, eval_set = task.train_dataset(), task.eval_dataset()
         if tc.epochs is not None:  # the budget in passes over the data: steps follow from its size

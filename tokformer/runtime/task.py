@@ -101,6 +101,14 @@ class Task:
         """A freshly initialised model (the engine has seeded torch before this call)."""
         raise NotImplementedError
 
+    def planned_model(self) -> nn.Module | None:
+        """The model as the config alone shapes it, at least as large as :meth:`build_model`'s (a text
+        table at the configured vocabulary, the most a tokenizer learns), built on the meta device so
+        the engine refuses one too large for memory before preparing any data for it (drawing or
+        tokenizing can take minutes). Default None: the data shape the model (classes, a vocabulary),
+        and the engine checks once they are ready."""
+        return None
+
     def train_dataset(self) -> Dataset:
         """A map-style dataset (``__len__`` and ``__getitem__``); the engine samples it and shuffles
         it each epoch, unless :meth:`epoch_order` chooses the order."""

@@ -27,9 +27,9 @@ TRAINING_BYTES_PER_PARAMETER = 16
 STORED_BYTES_PER_PARAMETER = 2
 
 
-def planned_size(build: Callable[[], nn.Module]) -> int | None:
+def planned_size(build: Callable[[], nn.Module | None]) -> int | None:
     """Parameters and buffers (elements) of the model ``build`` makes, built on the meta device;
-    None if the builder cannot run there (then the caller's other checks still apply)."""
+    None if the builder makes none or cannot run there (then the caller's other checks still apply)."""
     try:
         with torch.device("meta"):
             model = build()
@@ -38,6 +38,8 @@ def planned_size(build: Callable[[], nn.Module]) -> int | None:
             raise ConfigError(f"the config asks for a tensor too large to allocate ({e}); make the model smaller"
                               ) from None
         log.debug("cannot size the model on the meta device: %s", e)
+        return None
+    if model is None:
         return None
     return sum(t.numel() for t in (*model.parameters(), *model.buffers()))
 
