@@ -114,6 +114,12 @@ MODULES: dict[str, Module] = {
                     why="every task's `baselines` and the functions that compute them"),
     **{f"bpe{part}": _m(f"tokenizers/bpe{part}.py", _BPE_TESTS) for part in ("_merge", "_train", "", "_files")},
     "hf": _m("tokformer/interop/hf.py", "tests/test_hf_interop.py tests/test_mutation_hf*.py"),
+    "vqa_answers": _m("tasks/vqa.py", "tests/test_vqa_task.py tests/test_mutation_vqa*.py",
+                      "xǁQuestionOnlyǁ* xǁVQATaskǁbaselines xǁVQATaskǁ_never_answered xǁVQATaskǁstep",
+                      why="what vqa scores: the exact-match metric, the question-only baseline and the tokens no "
+                          "answer holds"),
+    "files": _m("tokformer/files.py",
+                "tests/test_plugins.py tests/test_hostile_inputs.py tests/test_mutation_files*.py"),
 }
 
 INTRO = (

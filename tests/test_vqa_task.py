@@ -160,6 +160,24 @@ def test_a_model_too_large_for_memory_is_refused_before_any_data_are_drawn(tmp_p
     assert drawn == [] and not (tmp_path / "run").exists()
 
 
+def test_the_question_only_baseline_is_saved_and_read_back_whole(tmp_path) -> None:
+    """Saved with the model: read back it answers as fitted; a damaged file is one DataError naming it."""
+    from tokformer.errors import DataError
+    from tokformer.tasks.vqa import QuestionOnly
+
+    image = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    fitted_blind = QuestionOnly.fit([Example(image, "q1", "é", "count"), Example(image, "q1", "b", "count"),
+                                     Example(image, "q1", "é", "count"), Example(image, "q2", "c", "same")])
+    fitted_blind.save(tmp_path / "blind.json")
+    assert QuestionOnly.load(tmp_path / "blind.json") == fitted_blind
+    assert fitted_blind.guess(Example(image, "q1", "", "same")) == "é"
+    for damaged in ('[]', '{"by_question": {}, "by_kind": {}}', '{"by_question": {"q": 1}, "by_kind": {}, '
+                    '"overall": "a"}', "not json"):
+        (tmp_path / "blind.json").write_text(damaged, encoding="utf-8")
+        with pytest.raises(DataError, match=f"^{tmp_path / 'blind.json'}"):
+            QuestionOnly.load(tmp_path / "blind.json")
+
+
 def test_builtin_examples_are_drawn_chunk_by_chunk_from_the_generators_streams(monkeypatch) -> None:
     """The training set is drawn a chunk at a time (the whole set at once peaked at 4.4 GB), chunk
     ``k`` being the generator's stream ``k``: the same examples as asking for each chunk alone."""
