@@ -348,6 +348,13 @@ _STRICT_SPLIT = ("the split's sizes have one entry per Hugging Face part, so the
 _LEARNED_DEFAULT = "the lm config's position default is 'learned', what GPT-2 uses"
 
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    # files
+    "tokformer.files.x_read_text__mutmut_5": ('return data.decode("UTF-8-SIG")',
+                                              "codec names are looked up case-insensitively"),
+    "tokformer.files.x_not_utf8__mutmut_6": ('line = text.count(b"\\n", None, start) + 1',
+                                             "a start of None counts from the first byte, as 0 does"),
+    "tokformer.files.x_not_utf8__mutmut_19": ('column = start - (text.rfind(b"\\n", None, start) + 1) + 1',
+                                              "a start of None searches from the first byte, as 0 does"),
     # masks
     "tokformer.masks.x_rows_with_keys__mutmut_8":
         ('keeps = mask if mask.dtype == torch.bool else mask > float("-INF")', _INF),

@@ -165,7 +165,7 @@ class QuestionOnly:
         return self.by_question.get(example.question) or self.by_kind.get(example.kind) or self.overall
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(dataclasses.asdict(self), indent=0, ensure_ascii=False) + "\n", encoding="utf-8")
+        path.write_bytes((json.dumps(dataclasses.asdict(self), indent=0, ensure_ascii=False) + "\n").encode())
 
     @classmethod
     def load(cls, path: Path) -> QuestionOnly:

@@ -1,0 +1,70 @@
+"""What tokformer/files.py's mutation run found unchecked: the working directory named for a relative
+``~`` path, the wording of read errors other readers raise, the line and column of a bad byte right
+after a newline, each of the characters that make a file name leave its folder, where a quoted value
+is cut, and how files split into lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokformer import files
+from tokformer.errors import DataError
+
+
+def test_a_relative_path_is_named_with_where_it_was_looked_for(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert files.where("data/x.jsonl") == (f"data/x.jsonl (looked for {tmp_path / 'data' / 'x.jsonl'}: "
+                                          f"working directory {tmp_path})")
+    assert files.where("~/x.jsonl") == "~/x.jsonl"  # home-relative is absolute once expanded
+
+
+def test_errors_of_other_readers_are_worded_by_kind() -> None:
+    """``files.reading`` wraps readers of other libraries: their decoding and I/O errors read like ours."""
+    try:
+        b"ab\xffc".decode("utf-8")
+    except UnicodeDecodeError as error:
+        assert str(files.file_error("t.txt", error)) == "t.txt is not UTF-8 text (invalid byte at offset 2)"
+    assert str(files.file_error("t.txt", OSError(5, "Input/output error"))) == "cannot read t.txt: Input/output error"
+    assert str(files.file_error("t.txt", OSError("disk gone"))) == "cannot read t.txt: disk gone"
+
+
+@pytest.mark.parametrize(("data", "line", "column"), [
+    (b"\n\xff", 2, 1),  # first byte a newline: counting must start at byte 0
+    (b"\xff", 1, 1),
+    (b"ab\n\ncd\xff\n", 3, 3),
+])
+def test_the_bad_byte_is_placed_by_line_and_column(tmp_path, data, line, column) -> None:
+    path = tmp_path / "t.txt"
+    path.write_bytes(data)
+    with pytest.raises(DataError) as raised:
+        files.read_text(path)
+    assert str(raised.value) == f"{path}:{line} is not UTF-8 text (invalid byte 0xff at column {column})"
+
+
+@pytest.mark.parametrize("name", ["a\\b.png", "a\0b.png", "..", "/abs.png"])
+def test_each_way_out_of_the_folder_is_refused_on_its_own(tmp_path, name) -> None:
+    with pytest.raises(DataError, match="points outside"):
+        files.inside(tmp_path, name, "index.json")
+
+
+def test_a_quoted_value_is_cut_after_80_characters() -> None:
+    assert files.shown("x" * 78) == repr("x" * 78)  # 80 characters with the quotes: whole
+    assert files.shown("x" * 79) == f"{repr('x' * 79)[:80]}... (81 characters)"
+
+
+@pytest.mark.parametrize(("data", "lines"), [
+    (b"a\nb\n", ["a", "b"]),  # the final newline ends the last line
+    (b"a\r\nb", ["a", "b"]),  # CRLF and no final newline
+    (b"a\n\nb\n\n", ["a", "", "b", ""]),  # blank lines are lines (the caller names them)
+    (b"\n", [""]),
+])
+def test_files_split_into_lines_as_editors_show_them(tmp_path, data, lines) -> None:
+    path = tmp_path / "t.txt"
+    path.write_bytes(data)
+    assert files.read_lines(path) == lines
+
+
+def test_an_empty_file_has_no_lines_and_says_so(tmp_path) -> None:
+    (tmp_path / "empty.txt").write_bytes(b"")
+    with pytest.raises(DataError, match=f"^{tmp_path / 'empty.txt'} is empty$"):
+        files.read_lines(tmp_path / "empty.txt")
