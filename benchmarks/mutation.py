@@ -348,6 +348,17 @@ _STRICT_SPLIT = ("the split's sizes have one entry per Hugging Face part, so the
 _LEARNED_DEFAULT = "the lm config's position default is 'learned', what GPT-2 uses"
 
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    # vqa_answers
+    "tokformer.tasks.vqa.xǁQuestionOnlyǁfit__mutmut_6": ("by_question[e.question][e.answer] += 2",
+                                                        "doubling every count keeps their order"),
+    "tokformer.tasks.vqa.xǁQuestionOnlyǁfit__mutmut_9": ("by_kind[e.kind][e.answer] += 2",
+                                                        "doubling every count keeps their order"),
+    "tokformer.tasks.vqa.xǁQuestionOnlyǁfit__mutmut_12": (
+        "top = lambda counts: counts.most_common(None)[0][0]  # ties: the answer seen first",
+        "the first of all answers by count is the first of the top one (same tie order)"),
+    "tokformer.tasks.vqa.xǁQuestionOnlyǁfit__mutmut_13": (
+        "top = lambda counts: counts.most_common(2)[0][0]  # ties: the answer seen first",
+        "the first of the top two is the first of the top one (same tie order)"),
     # files
     "tokformer.files.x_read_text__mutmut_5": ('return data.decode("UTF-8-SIG")',
                                               "codec names are looked up case-insensitively"),
