@@ -359,6 +359,9 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "tokformer.tasks.vqa.xǁQuestionOnlyǁfit__mutmut_13": (
         "top = lambda counts: counts.most_common(2)[0][0]  # ties: the answer seen first",
         "the first of the top two is the first of the top one (same tie order)"),
+    "tokformer.tasks.vqa.xǁQuestionOnlyǁsave__mutmut_5": (
+        'path.write_bytes((json.dumps(dataclasses.asdict(self), indent=0, ensure_ascii=None) + "\\n").encode())',
+        "json reads ensure_ascii as a truth value: None writes what False does"),
     # files
     "tokformer.files.x_read_text__mutmut_5": ('return data.decode("UTF-8-SIG")',
                                               "codec names are looked up case-insensitively"),
