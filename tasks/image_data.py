@@ -192,7 +192,7 @@ def split_folders(root: Path) -> tuple[Path, Path] | None:
     if train.is_dir() and held_out is None:
         raise DataError(f"{root} has a train/ folder but no {'/, '.join(HELD_OUT_FOLDERS)}/ beside it: add the "
                         f"held-out split there, or put all the data directly in {root} to hold out a share")
-    return (train, held_out) if train.is_dir() and held_out is not None else None
+    return (train, held_out) if train.is_dir() else None
 
 
 def folder_datasets(root: Path, val_fraction: float, seed: int) -> tuple[ImageFiles, ImageFiles]:
