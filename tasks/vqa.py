@@ -424,11 +424,15 @@ class VQATask(Task):
 
 
 def _breakdown(exact: Tensor, batch: dict[str, Any]) -> dict[str, tuple[Tensor, int]]:
-    """Exact match per question type and on the held-out phrasings / combinations vs the rest."""
-    groups = {f"exact_{kind}": torch.tensor([k == kind for k in batch["kinds"]]) for kind in vqa_data.QUESTION_TYPES}
-    held = batch["held_phrasing"] | batch["held_combo"]
+    """Exact match per question type, on the held-out phrasings / combinations vs the rest, and per type
+    on the rest alone (``exact_seen_count``, ...): a type's score over every phrasing mixes how well the
+    model answers with whether it reads a phrasing it never trained on."""
+    kinds = {kind: torch.tensor([k == kind for k in batch["kinds"]]) for kind in vqa_data.QUESTION_TYPES}
+    seen = ~(batch["held_phrasing"] | batch["held_combo"])
+    groups = {f"exact_{kind}": rows for kind, rows in kinds.items()}
     groups |= {"exact_held_phrasing": batch["held_phrasing"], "exact_held_combo": batch["held_combo"],
-               "exact_seen": ~held}
+               "exact_seen": seen}
+    groups |= {f"exact_seen_{kind}": rows & seen for kind, rows in kinds.items()}
     return {name: (exact[rows.to(exact.device)].sum(), int(rows.sum())) for name, rows in groups.items()}
 
 

@@ -200,11 +200,13 @@ def test_a_vqa_cell_is_the_mean_and_sample_std_of_its_seeds() -> None:
 
     def run(seed: int, exact: float) -> dict:
         metrics = {"exact": exact, **{f"exact_{k}": 1.0 for k in vqa_results.TYPES},
-                   "exact_seen": 1.0, "exact_held_phrasing": 1.0, "exact_held_combo": 1.0}
+                   "exact_seen": 1.0, "exact_held_phrasing": 1.0, "exact_held_combo": 1.0,
+                   **{f"exact_seen_{k}": 1.0 for k in vqa_results.TYPES}}
         baselines = {vqa_results.BLIND: {"exact": 0.3}, "most frequent answer": {"exact": 0.2}}
         return {"seed": seed, "options": {}, "steps": 10, "batch_size": 4, "train_seconds": 1.0, "peak_rss_mb": 1,
                 "examples_per_s": 1.0, "tokens_per_s": 1, "metrics": metrics, "baselines": baselines,
-                "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "machine": "Machine: x; run y"}
+                "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "probe_content": 1.0,
+                "probe_majority": 0.5, "machine": "Machine: x; run y"}
 
     line = next(x for x in vqa_results.render([run(0, 0.5), run(1, 0.7), run(2, 0.9)]).splitlines()
                 if x.startswith("| exact match, all held-out questions"))
@@ -218,9 +220,10 @@ def test_the_vqa_table_names_the_image_only_seeds_and_the_steps_each_seed_traine
 
     rows = [{"seed": s, "options": {}, "steps": steps, "batch_size": 4, "train_seconds": 1.0, "peak_rss_mb": 1,
              "examples_per_s": 1.0, "tokens_per_s": 1, "metrics": {"exact": 0.5, **{f"exact_{k}": 0.5 for k in
-             (*vqa_results.TYPES, "seen", "held_phrasing", "held_combo")}},
+             (*vqa_results.TYPES, *(f"seen_{k}" for k in vqa_results.TYPES), "seen", "held_phrasing", "held_combo")}},
              "baselines": {vqa_results.BLIND: {"exact": 0.3}, "most frequent answer": {"exact": 0.2}},
-             "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "machine": "Machine: x; run y"}
+             "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "probe_content": 1.0,
+             "probe_majority": 0.5, "machine": "Machine: x; run y"}
             for s, steps in ((0, 3000), (1, 1800))]
     lines = vqa_results.render([rows[0] | {"image_only": {"exact": 0.25}}, rows[1]]).splitlines()
     assert "| baseline: the picture alone (the same model and budget trained without the questions; seed 0) " \

@@ -206,11 +206,27 @@ def test_training_reports_exact_match_per_type_and_held_out_and_the_baselines(ru
     _, result = run_dir
     metrics = result.metrics
     names = {f"exact_{kind}" for kind in QUESTION_TYPES} | {"exact_held_phrasing", "exact_held_combo", "exact_seen"}
+    names |= {f"exact_seen_{kind}" for kind in QUESTION_TYPES}
     assert names <= set(metrics)
     kinds = bird_questions(TINY["eval_size"], seed=VQAConfig.data_seed, split="test", size=32).kinds
     weighted = sum(kinds.count(k) * metrics[f"exact_{k}"] for k in QUESTION_TYPES) / len(kinds)
     assert metrics["exact"] == pytest.approx(weighted)
     assert set(result.report.baselines) == {"question only (most frequent answer to it)", "most frequent answer"}
+
+
+def test_each_types_score_on_seen_questions_leaves_out_the_held_out_phrasings_and_combinations() -> None:
+    """``exact_seen_<type>`` counts a question only if its phrasing and its (type, quadrant) combination
+    were both trained on; ``exact_<type>`` counts every question of the type."""
+    kinds = ["count", "count", "count", "presence", "presence", "species"]
+    held_phrasing = torch.tensor([False, True, False, False, False, True])
+    held_combo = torch.tensor([False, False, False, True, False, False])
+    exact = torch.tensor([True, False, False, False, True, False])
+    groups = vqa._breakdown(exact, {"kinds": kinds, "held_phrasing": held_phrasing, "held_combo": held_combo})
+    ratio = lambda name: int(groups[name][0]) / groups[name][1]
+    assert ratio("exact_count") == pytest.approx(1 / 3) and ratio("exact_seen_count") == 0.5
+    assert ratio("exact_presence") == 0.5 and ratio("exact_seen_presence") == 1.0
+    assert groups["exact_seen_species"][1] == 0 and groups["exact_seen_same"][1] == 0
+    assert ratio("exact_seen") == pytest.approx(2 / 3)  # rows 0, 2 and 4
 
 
 def test_evaluating_a_builtin_run_draws_only_its_evaluation_scenes(run_dir, monkeypatch) -> None:
