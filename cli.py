@@ -495,7 +495,7 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
 @click.argument("run_dir")
 @click.argument("sentence", required=False)
 @click.option("--file", "in_file", metavar="FILE", help="Translate this UTF-8 file, one sentence per line.")
-@click.option("--out", "out_file", metavar="FILE", help="With --file: write translations here [default: stdout].")
+@click.option("-o", "--out", "out_file", metavar="FILE", help="With --file: write translations here [default: stdout].")
 @click.option("--eval", "held_out", is_flag=True, help="Score BLEU, chrF and exact match on the held-out split.")
 @click.option("--beam-size", type=POSITIVE, default=None, help="1 = greedy decoding [default: the run's, 4].")
 @click.option("--length-penalty", type=FINITE, default=None,
@@ -542,7 +542,8 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
 
 @main.command(context_settings=CONTEXT)
 @click.argument("run_dir")
-@click.option("--out", required=True, metavar="DIR", help="The model folder to write (must not exist, or be empty).")
+@click.option("-o", "--out", required=True, metavar="DIR",
+              help="The model folder to write (must not exist, or be empty).")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--format", "fmt", type=click.Choice(["folder", "onnx"]), default="folder", show_default=True,
               help="folder: config.json, model.safetensors and tokenizer files; onnx: the same plus model.onnx.")
@@ -593,7 +594,7 @@ def tokenizer() -> None:
 @tokenizer.command("train", context_settings=CONTEXT)
 @click.option("--data", "data", multiple=True, required=True, metavar="FILE", help="UTF-8 text file (repeatable).")
 @click.option("--vocab-size", type=POSITIVE, required=True, help="Vocabulary size, specials and 256 bytes included.")
-@click.option("--out", required=True, metavar="DIR", help="Directory to save the tokenizer to.")
+@click.option("-o", "--out", required=True, metavar="DIR", help="Directory to save the tokenizer to.")
 @click.option("--pattern", default="gpt2", show_default=True, help="Pre-tokenization: gpt2, cl100k or a regex.")
 @click.option("--min-frequency", type=int, default=0, show_default=True, help="Stop below this pair count.")
 @click.option("--special-token", "special_tokens", multiple=True, metavar="TOKEN",
@@ -658,7 +659,7 @@ def data_prepare() -> None:
 @click.option("--data", "source", required=True, metavar="DATA",
               help="Text to tokenize: comma-separated files, folders (recursive) and globs, one document per file; "
                    "or stdlib.")
-@click.option("--out", required=True, metavar="DIR", help="The shards directory to write (new, empty, or older "
+@click.option("-o", "--out", required=True, metavar="DIR", help="The shards directory to write (new, empty, or older "
               "shards with --overwrite); train on it with `tokformer train lm --data DIR`.")
 @click.option("--tokenizer", metavar="DIR", default=None,
               help="A saved BPE tokenizer with <|endoftext|> to reuse [default: train one on the data, as lm does].")
@@ -726,7 +727,7 @@ def _seed_list(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 
 
 @main.command(context_settings=CONTEXT)
-@click.option("--out", default="birds_report", show_default=True, metavar="DIR", help="Report directory.")
+@click.option("-o", "--out", default="birds_report", show_default=True, metavar="DIR", help="Report directory.")
 @click.option("--quick", is_flag=True, help="The small sweep (under 10 minutes on 2 CPU cores).")
 @click.option("--seeds", callback=_seed_list, metavar="0,1,2", help="Seeds [default: quick 0; full 0,1,2].")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")

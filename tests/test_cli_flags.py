@@ -12,6 +12,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -194,3 +195,18 @@ def test_train_help_without_a_task_says_where_task_options_are():
     result = invoke("train", "--help")
     assert result.exit_code == 0, result.output
     assert "tokformer train TASK --help" in result.output and "task options (" not in result.output
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()):
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*prefix, name))
+        else:
+            yield (*prefix, name), command
+
+
+def test_every_out_option_is_also_dash_o():
+    """``-o`` writes the same as ``--out`` everywhere (``vqa attention`` had it, ``export`` did not)."""
+    outs = {path: param for path, command in _commands(main) for param in command.params if "--out" in param.opts}
+    assert {("export",), ("vqa", "attention")} <= set(outs)
+    assert [path for path, param in outs.items() if "-o" not in param.opts] == []

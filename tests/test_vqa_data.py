@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import struct
 import zlib
 from collections import Counter, defaultdict
@@ -94,6 +95,16 @@ def test_training_never_asks_a_held_out_phrasing_or_combination(train_split, tes
     for kind, quadrants in HELD_OUT_COMBOS:
         assert any(k == kind and q != quadrants for k, q in trained)
         assert all(any(k != kind and x in q for k, q in trained) for x in quadrants)
+
+
+def test_only_the_held_out_comparison_phrasing_is_made_of_trained_words() -> None:
+    """docs/vqa.md says which held-out phrasings hold words no training question has: the score on them
+    measures English a model trained from scratch never saw, as well as whether it reads the question."""
+    words = lambda phrasing: set(re.findall(r"[a-z]+", phrasing.replace("{a}", "").replace("{b}", "")))
+    trained = set().union(*(words(p) for phrasings in PHRASINGS.values() for p in phrasings[:-1]))
+    new = {kind: words(phrasings[-1]) - trained for kind, phrasings in PHRASINGS.items()}
+    assert new == {"count": {"number", "of"}, "presence": {"sitting"}, "species": {"of", "sits"}, "same": set(),
+                   "facing": {"direction"}}
 
 
 def test_no_question_predicts_its_answer(train_split, test_split) -> None:
