@@ -242,14 +242,16 @@ def render(rows: list[dict]) -> str:
          f"{m('exact_held_combo'):.3f} vs {m('exact_seen'):.3f}"),
         ("attention on the asked-about bird(s) >= 3x their token share in some layer", best_share >= 3.0,
          f"{best_share:.2f}x (best head of the best layer, mean over seeds)"),
-        ("`tokformer train vqa` under 10 minutes on 2 cores", slowest < 600, f"{slowest:.0f} s (slowest seed)"),
     ]
+    if not chosen:  # the target is about the defaults: a longer budget's time is in the table, not judged
+        targets.append(("`tokformer train vqa` under 10 minutes on 2 cores", slowest < 600,
+                        f"{slowest:.0f} s (slowest seed)"))
     target_table = markdown_table(["target", "met?", "measured (mean over seeds)"],
                                   [[name, "met" if ok else "**missed**", value] for name, ok, value in targets])
     machines = latest_per_process([r["machine"] for r in rows])
     command = "tokformer train vqa" + "".join(f" --{k.replace('_', '-')} {v}" for k, v in chosen.items())
     return (f"# vqa: `{command}`, held-out results\n\n"
-            f"{len(rows)} seeds ({seeds}), batches of {rows[0]['batch_size']} examples "
+            f"{len(rows)} seed{'s' if len(rows) > 1 else ''} ({seeds}), batches of {rows[0]['batch_size']} examples "
             f"(`python benchmarks/vqa_results.py`); the last checkpoint evaluated with `tokformer evaluate RUN "
             f"--checkpoint latest --json` on the held-out split (the run's best checkpoint is chosen on that "
             f"split); attention over the first {ATTENTION_EXAMPLES} held-out scenes' questions about a "
