@@ -197,20 +197,23 @@ def test_the_vqa_results_and_their_docs_are_rendered_from_the_runs(name: str, qu
     assert len(tables) == 2 and all(table in docs for table in tables[-quoted:])
 
 
+def _vqa_row(seed: int = 0, exact: float = 0.5, **changes) -> dict:
+    """One seed's row of ``vqa.jsonl``, every score ``exact``, with ``changes`` on top."""
+    import vqa_results
+
+    names = (*vqa_results.TYPES, *(f"seen_{k}" for k in vqa_results.TYPES), "seen", "held_phrasing", "held_combo")
+    return {"seed": seed, "options": {}, "steps": 10, "batch_size": 4, "train_seconds": 1.0, "peak_rss_mb": 1,
+            "examples_per_s": 1.0, "tokens_per_s": 1,
+            "metrics": {"exact": exact, **{f"exact_{name}": exact for name in names}},
+            "baselines": {vqa_results.BLIND: {"exact": 0.3}, "most frequent answer": {"exact": 0.2}},
+            "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "probe_content": 1.0,
+            "probe_majority": 0.5, "machine": "Machine: x; run y"} | changes
+
+
 def test_a_vqa_cell_is_the_mean_and_sample_std_of_its_seeds() -> None:
     import vqa_results
 
-    def run(seed: int, exact: float) -> dict:
-        metrics = {"exact": exact, **{f"exact_{k}": 1.0 for k in vqa_results.TYPES},
-                   "exact_seen": 1.0, "exact_held_phrasing": 1.0, "exact_held_combo": 1.0,
-                   **{f"exact_seen_{k}": 1.0 for k in vqa_results.TYPES}}
-        baselines = {vqa_results.BLIND: {"exact": 0.3}, "most frequent answer": {"exact": 0.2}}
-        return {"seed": seed, "options": {}, "steps": 10, "batch_size": 4, "train_seconds": 1.0, "peak_rss_mb": 1,
-                "examples_per_s": 1.0, "tokens_per_s": 1, "metrics": metrics, "baselines": baselines,
-                "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "probe_content": 1.0,
-                "probe_majority": 0.5, "machine": "Machine: x; run y"}
-
-    line = next(x for x in vqa_results.render([run(0, 0.5), run(1, 0.7), run(2, 0.9)]).splitlines()
+    line = next(x for x in vqa_results.render([_vqa_row(0, 0.5), _vqa_row(1, 0.7), _vqa_row(2, 0.9)]).splitlines()
                 if x.startswith("| exact match, all held-out questions"))
     assert "0.700 ± 0.200 (0.500 / 0.700 / 0.900)" in line  # sample std (ddof 1) of 0.5, 0.7, 0.9 is 0.2
 
@@ -220,13 +223,7 @@ def test_the_vqa_table_names_the_image_only_seeds_and_the_steps_each_seed_traine
     trained are a row of their own: a run stopped early shows, rather than the configured budget."""
     import vqa_results
 
-    rows = [{"seed": s, "options": {}, "steps": steps, "batch_size": 4, "train_seconds": 1.0, "peak_rss_mb": 1,
-             "examples_per_s": 1.0, "tokens_per_s": 1, "metrics": {"exact": 0.5, **{f"exact_{k}": 0.5 for k in
-             (*vqa_results.TYPES, *(f"seen_{k}" for k in vqa_results.TYPES), "seen", "held_phrasing", "held_combo")}},
-             "baselines": {vqa_results.BLIND: {"exact": 0.3}, "most frequent answer": {"exact": 0.2}},
-             "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "probe_content": 1.0,
-             "probe_majority": 0.5, "machine": "Machine: x; run y"}
-            for s, steps in ((0, 3000), (1, 1800))]
+    rows = [_vqa_row(0, steps=3000), _vqa_row(1, steps=1800)]
     lines = vqa_results.render([rows[0] | {"image_only": {"exact": 0.25}}, rows[1]]).splitlines()
     assert "| baseline: the picture alone (the same model and budget trained without the questions; seed 0) " \
            "| 0.250 |" in lines
@@ -239,12 +236,7 @@ def test_the_ten_minute_target_is_judged_on_the_default_budget_only() -> None:
     missing the target about the defaults."""
     import vqa_results
 
-    row = {"seed": 0, "options": {}, "steps": 10, "batch_size": 4, "train_seconds": 900.0, "peak_rss_mb": 1,
-           "examples_per_s": 1.0, "tokens_per_s": 1, "metrics": {"exact": 0.5, **{f"exact_{k}": 0.5 for k in
-           (*vqa_results.TYPES, *(f"seen_{k}" for k in vqa_results.TYPES), "seen", "held_phrasing", "held_combo")}},
-           "baselines": {vqa_results.BLIND: {"exact": 0.3}, "most frequent answer": {"exact": 0.2}},
-           "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "probe_content": 1.0,
-           "probe_majority": 0.5, "machine": "Machine: x; run y"}
+    row = _vqa_row(train_seconds=900.0)
     defaults = vqa_results.render([row])
     assert "| `tokformer train vqa` under 10 minutes on 2 cores | **missed** | 900 s (slowest seed) |" in defaults
     assert "1 seed (0)" in defaults
