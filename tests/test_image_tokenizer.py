@@ -59,6 +59,21 @@ def test_error_policy_names_the_size():
         tok.batch([torch.zeros(3, 10, 7)])
 
 
+@pytest.mark.parametrize("channels, dtype", [(3, torch.uint8), (1, torch.uint8), (3, torch.float32)])
+def test_a_list_of_equal_size_tensors_tokenizes_as_each_image_alone(channels, dtype):
+    """A dataset's tensors are stacked and preprocessed at once (resized, channels matched, normalised):
+    the tokens must be those of each image on its own."""
+    images = torch.randint(0, 256, (3, channels, 37, 21), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    images = images.float() / 255 if dtype.is_floating_point else images
+    tok = ImagePatchTokenizer(patch_size=4, image_size=8)
+    together = tok.batch(list(images))
+    odd_one = torch.zeros(channels, 5, 5, dtype=dtype)  # another size: each image is preprocessed on its own
+    alone = [tok.batch([image, odd_one]).select(slice(0, 1)) for image in images]
+    torch.testing.assert_close(together.features, torch.cat([a.features for a in alone]))
+    torch.testing.assert_close(together.positions, torch.cat([a.positions for a in alone]))
+    assert together.extras["grid"].tolist() == [[2, 2]] * 3
+
+
 def test_resize_to_training_size_by_default():
     tok = raw(patch_size=4, image_size=8)
     batch = tok.batch([torch.rand(3, 37, 21)])

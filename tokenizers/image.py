@@ -80,6 +80,13 @@ def patchify(images: Tensor, patch_size: int, n_prefix: int = 0) -> Tensor:
     return out
 
 
+def _stackable(samples: Sequence[Any]) -> bool:
+    """Whether ``samples`` are ``[C, H, W]`` tensors of one shape and dtype, so they batch as one tensor."""
+    first = samples[0]
+    return isinstance(first, Tensor) and first.dim() == 3 and all(
+        isinstance(s, Tensor) and s.shape == first.shape and s.dtype == first.dtype for s in samples)
+
+
 @functools.lru_cache(maxsize=32)
 def grid_positions(grid_h: int, grid_w: int) -> Tensor:
     """``[gh*gw, 2]`` float (row, col) of each patch, row-major like :func:`patchify`.
@@ -420,6 +427,8 @@ class ImagePatchTokenizer(Tokenizer):
             raise DataError("a batch of images is a sequence or a [B, C, H, W] tensor, got a 0-d tensor")
         if len(samples) == 0:
             raise DataError("cannot tokenize an empty batch of images")
+        if _stackable(samples):  # a dataset's [C, H, W] tensors: one preprocessing call, not one per image
+            return self.batch(torch.stack(list(samples)))
         images = [self.preprocess(self.to_tensor(s)) for s in samples]
         if len({tuple(im.shape) for im in images}) == 1:
             return self._tokens_same_size(torch.stack(images))
