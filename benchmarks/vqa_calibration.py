@@ -37,9 +37,21 @@ CANDIDATES: dict[str, dict] = {  # each about 8 minutes on 2 cores
     # its quadrant's four patches; 32 px patches: one token per quadrant, the whole bird in it
     # its row was measured by this script's previous version (every 100 steps an evaluation, the best checkpoint
     # validated), its rerun stopped for time
-    "local-p16-lr1e-3": dict(steps=3000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=500, patch_size=16),
-    "local-p32-lr1e-3": dict(steps=3000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=500, patch_size=32),
-    "local-p32-lr2e-3": dict(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200, eval_every=500, patch_size=32),
+    "local-p16-lr1e-3": dict(steps=3000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=500, patch_size=16,
+                             cnn_width=32),
+    "local-p32-lr1e-3": dict(steps=3000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=500, patch_size=32,
+                             cnn_width=32),
+    "local-p32-lr2e-3": dict(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200, eval_every=500, patch_size=32,
+                             cnn_width=32),
+    # the same 10 minutes spent on more steps: the question-routing types left their plateau only after
+    # 5,000-11,500 steps (vqa_12000.md at commit 0d9d729: the width-32 CNN at 12,000 steps, 1465 s), and that
+    # CNN took 80% of a step's time
+    "local-w8-9k": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
+                        cnn_width=8),
+    "local-w16-d1-9k": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
+                            cnn_width=16, cnn_depth=1),
+    "linear-12k": dict(steps=12000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
+                       tokenizer="linear"),
 }
 
 
@@ -66,7 +78,9 @@ def render(rows: list[dict]) -> str:
          *[f"{r['val'][k]:.3f}" for k in QUESTION_TYPES], f"{r['seconds']:.0f}"] for r in rows])
     machines = "\n".join(sorted({r["machine"] for r in rows}))
     return (f"# vqa: choosing the defaults on a validation stream\n\nOne seed each; exact match on {VAL_SIZE} "
-            f"scenes of the generator's `val` split (`python benchmarks/vqa_calibration.py`).\n\n{table}\n\n"
+            f"scenes of the generator's `val` split (`python benchmarks/vqa_calibration.py`). Rows whose options "
+            "name no `cnn_width` ran when its default was 32, the width the script now names for them.\n\n"
+            f"{table}\n\n"
             f"{machines}\n")
 
 
