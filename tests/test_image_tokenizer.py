@@ -74,6 +74,14 @@ def test_a_list_of_equal_size_tensors_tokenizes_as_each_image_alone(channels, dt
     assert together.extras["grid"].tolist() == [[2, 2]] * 3
 
 
+def test_a_list_mixing_uint8_and_float_tensors_scales_each_by_its_own_type():
+    """One picture as uint8 (0..255) and as float (0..1) in one list: both must give the same tokens,
+    so such a list is not stacked into one dtype before scaling."""
+    pixels = torch.randint(0, 256, (3, 8, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    batch = ImagePatchTokenizer(patch_size=4, image_size=8).batch([pixels, pixels.float() / 255])
+    torch.testing.assert_close(batch.features[0], batch.features[1])
+
+
 def test_resize_to_training_size_by_default():
     tok = raw(patch_size=4, image_size=8)
     batch = tok.batch([torch.rand(3, 37, 21)])
