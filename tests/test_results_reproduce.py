@@ -276,9 +276,30 @@ def test_every_mean_and_std_docs_birds_quotes_is_in_a_results_file_it_links() ->
     """docs/birds.md quotes its cells by hand from the reports; each "mean ± std" must be one of theirs."""
     sources = ["docs/birds/report.md", "docs/birds/quick/report.md", "docs/birds/calibration.md",
                "benchmarks/results/birds_calibration.md", "benchmarks/results/birds_mixing.md",
-               "benchmarks/results/birds_probe.md"]
+               "benchmarks/results/birds_probe.md", "benchmarks/results/birds_quadrant_tokens.md"]
     text = "\n".join((ROOT / source).read_text(encoding="utf-8") for source in sources)
     quoted = set(re.findall(r"\d\.\d{3} ± \d\.\d{3}", (ROOT / "docs/birds.md").read_text(encoding="utf-8")))
     assert len(quoted) >= 10, "the guide quotes the full sweep's cells"
     missing = sorted(q for q in quoted if q not in text)
     assert not missing, f"quoted in docs/birds.md but in no results file: {missing}"
+
+
+@pytest.mark.parametrize("script, name", [("vqa_calibration", "vqa_calibration"),
+                                          ("birds_quadrant_tokens", "birds_quadrant_tokens")])
+def test_a_probe_table_is_rendered_from_its_runs(script: str, name: str) -> None:
+    """The calibration and probe tables the guides cite are what their scripts render from the committed runs."""
+    module = __import__(script)
+    runs = read_jsonl(module.JSONL)
+    assert runs, "no runs committed"
+    assert module.render(runs) == (module.RESULTS / f"{name}.md").read_text(encoding="utf-8")
+
+
+def test_a_vqa_calibration_cell_is_the_mean_and_sample_std_of_its_seeds() -> None:
+    import vqa_calibration
+
+    row = lambda seed, exact: {"name": "c", "options": {}, "seed": seed, "steps_trained": 1, "seconds": 10.0 * exact,
+                               "machine": "m", "val": {"exact": exact, **dict.fromkeys(vqa_calibration.QUESTION_TYPES,
+                                                                                      exact)}}
+    line = next(x for x in vqa_calibration.render([row(0, 0.5), row(1, 0.7), row(2, 0.9)]).splitlines()
+                if x.startswith("| c |"))
+    assert "| 0, 1, 2 |" in line and "0.700 ± 0.200 (0.500 / 0.700 / 0.900)" in line
