@@ -23,6 +23,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 from harness import RESULTS, Machine, markdown_table, read_jsonl, write_results
 
@@ -44,7 +45,6 @@ EVALUATIONS = 10
 def run(name: str, seed: int) -> dict:
     """Train one setting through the engine; its validation accuracy at each tenth of its steps."""
     patch, width, budget, lr = SETTINGS[name]
-    models.LOCAL_TOKENIZER.update(patch=patch, cnn_width=width)  # read when the model is built
     settings = run_settings(f"transformer-local-l2-x{budget}", "compare", BirdsConfig(), seed)
     steps = settings["train"]["steps"]
     settings["train"] |= {"eval_every": steps // EVALUATIONS, "log_every": steps // EVALUATIONS}
@@ -52,7 +52,8 @@ def run(name: str, seed: int) -> dict:
         settings["train"]["lr"] = lr
     with tempfile.TemporaryDirectory(prefix="tokformer-birds-quadrant-") as scratch:
         start = time.perf_counter()
-        train(settings, quiet=True, run_dir=str(Path(scratch) / "run"))
+        with mock.patch.dict(models.LOCAL_TOKENIZER, patch=patch, cnn_width=width):  # read when the model is built
+            train(settings, quiet=True, run_dir=str(Path(scratch) / "run"))
         seconds = time.perf_counter() - start
         curve = [(r["step"], round(float(r["accuracy"]), 3)) for r in read_metrics(Path(scratch) / "run")
                  if r.get("split") == "eval"]
