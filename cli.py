@@ -726,13 +726,34 @@ def _seed_list(_ctx: click.Context, _param: click.Parameter, value: str | None) 
         raise click.BadParameter(f"expected comma-separated integers like 0,1,2, got {value!r}") from None
 
 
+def _model_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    """``a,b`` -> ("a", "b"), each a birds model name, or a one-line error naming the accepted forms."""
+    if value is None:
+        return None
+    from tokformer.tasks.birds.models import parse_spec
+
+    names = tuple(name.strip() for name in value.split(",") if name.strip())
+    if not names:
+        raise click.BadParameter("expected comma-separated model names like pool-d5,transformer-local-l2")
+    for name in names:
+        try:
+            parse_spec(name)
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
+    return names
+
+
 @main.command(context_settings=CONTEXT)
 @click.option("-o", "--out", default="birds_report", show_default=True, metavar="DIR", help="Report directory.")
 @click.option("--quick", is_flag=True, help="The small sweep (under 10 minutes on 2 CPU cores).")
 @click.option("--seeds", callback=_seed_list, metavar="0,1,2", help="Seeds [default: quick 0; full 0,1,2].")
+@click.option("--models", callback=_model_list, metavar="NAME,NAME",
+              help="Only these models, e.g. transformer-local-l2-lpos,pool-d5 [default: the preset's; "
+              "`tokformer tasks birds` lists the forms].")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or per-run lines.")
-def birds(out: str, quick: bool, seeds: tuple[int, ...] | None, device: str, quiet: bool) -> None:
+def birds(out: str, quick: bool, seeds: tuple[int, ...] | None, models: tuple[str, ...] | None, device: str,
+          quiet: bool) -> None:
     """CNNs vs a Transformer on counting birds vs comparing two far-apart birds; writes a report."""
     from tokformer.engine.progress import configure_logging
     from tokformer.tasks.birds import run_experiment
@@ -740,7 +761,7 @@ def birds(out: str, quick: bool, seeds: tuple[int, ...] | None, device: str, qui
 
     configure_logging(quiet)
     try:
-        report = run_experiment(out, quick=quick, seeds=seeds, device=device, quiet=quiet)
+        report = run_experiment(out, quick=quick, seeds=seeds, models=models, device=device, quiet=quiet)
     except SweepInterrupted as stop:
         click.echo(f"interrupted: {stop}", err=True)
         click.get_current_context().exit(128 + (stop.signal or 2))

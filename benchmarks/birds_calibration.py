@@ -44,6 +44,8 @@ FAMILIES: dict[str, str] = {  # family -> the model that stands for it (the swee
     "transformer": "transformer-l2",
     "transformer-local": "transformer-local-l2",
     "mixer": "mixer-l2",
+    "transformer-lpos": "transformer-l2-lpos",  # the same Transformers with a learned position table
+    "transformer-local-lpos": "transformer-local-l2-lpos",
 }
 LRS = (1e-3, 3e-3, 1e-2)
 WARMUPS = (0.05,)

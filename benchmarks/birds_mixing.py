@@ -211,7 +211,8 @@ def target_lines(rows: list[dict]) -> list[str]:
                      f"**{'met' if ratio >= 3 else 'missed'}** ({ratio:.1f}x, best head of any layer, "
                      "mean over seeds).")
     lines.append("- Parameters: the table above gives each mixer at both sizes: the matrix grows by N² per layer, "
-                 "the FC layer by (N·d)², attention and the conv stacks not at all.")
+                 "the FC layer by (N·d)², attention with a learned position table (-lpos) by that table's N·d, "
+                 "attention with the sin/cos code and the conv stacks not at all.")
     return lines
 
 

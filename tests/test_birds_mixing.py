@@ -55,7 +55,7 @@ def test_a_conv_mixer_of_depth_k_reaches_k_tokens_and_no_further(k: int) -> None
     assert bool(reach[3, 0]) == (k >= 3), "the bottom-left token is 3 steps from the top-right one"
 
 
-@pytest.mark.parametrize("name", ["attention-1", "matrix-1", "fc"])
+@pytest.mark.parametrize("name", ["attention-1", "attention-1-lpos", "matrix-1", "fc"])
 def test_global_mixers_relate_the_corners_in_one_layer(name: str) -> None:
     assert _reach(name).all(), name
 
@@ -66,6 +66,7 @@ def test_parameters_grow_as_n_squared_for_the_matrix_and_the_fc_layer_not_for_at
 
     small, large = 4, 6  # 16 and 36 tokens: 64 and 96 px images
     assert count("attention-1", small) == count("attention-1", large)
+    assert count("attention-1-lpos", large) - count("attention-1-lpos", small) == (36 - 16) * WIDTH  # the table
     assert count("conv-2", small) == count("conv-2", large)
     assert count("matrix-1", large) - count("matrix-1", small) == 36**2 - 16**2
     fc = (36 * WIDTH) ** 2 + 36 * WIDTH - (16 * WIDTH) ** 2 - 16 * WIDTH
@@ -73,7 +74,7 @@ def test_parameters_grow_as_n_squared_for_the_matrix_and_the_fc_layer_not_for_at
 
 
 def test_bad_mixer_names_are_refused() -> None:
-    for bad in ("conv", "conv-0", "attention-x", "mlp-2", "fc-2"):
+    for bad in ("conv", "conv-0", "attention-x", "mlp-2", "fc-2", "attention-0-lpos", "conv-2-lpos", "matrix-1-lpos"):
         with pytest.raises(ValueError, match="unknown mixer"):
             build_mixer(bad, WIDTH, GRID)
 
@@ -121,6 +122,23 @@ def test_the_shared_tokens_are_standardised_so_the_position_code_is_as_long_as_t
     positions = build_mixer("attention-1", WIDTH, GRID).positions  # [1, 16, d]
     torch.testing.assert_close(positions.norm(dim=-1), torch.full((1, 16), WIDTH**0.5 / 2**0.5))
     assert tokens.norm(dim=-1).div(positions.norm(dim=-1)).max() < 1.5
+
+
+def test_an_lpos_mixer_learns_a_table_at_the_tokens_scale_in_place_of_the_sin_cos_code() -> None:
+    """The -lpos mixers add a trained [1, N, d] table whose cells are as long as a standardised token and
+    nearly orthogonal to each other, where the sin/cos codes of a 4 x 4 grid are nearly parallel."""
+    torch.manual_seed(0)
+    learned, fixed = build_mixer("attention-1-lpos", WIDTH, GRID), build_mixer("attention-1", WIDTH, GRID)
+    assert isinstance(learned.positions, torch.nn.Parameter) and "positions" not in dict(fixed.named_parameters())
+    table = learned.positions.detach()[0]  # [16, d]
+    assert abs(table.norm(dim=-1).mean().item() - WIDTH**0.5) < 1
+    cosine = lambda x: torch.nn.functional.normalize(x, dim=-1) @ torch.nn.functional.normalize(x, dim=-1).T
+    off_diagonal = ~torch.eye(16, dtype=torch.bool)
+    assert cosine(table)[off_diagonal].abs().mean() < 0.15
+    assert cosine(fixed.positions[0])[off_diagonal].mean() > 0.9
+    tokens = torch.zeros(1, 16, WIDTH)  # the table alone reaches the encoder: its gradient flows
+    learned(tokens).sum().backward()
+    assert learned.positions.grad.abs().sum() > 0
 
 
 def test_corner_attention_of_an_attention_mixer_is_read_from_the_patch_tokens() -> None:

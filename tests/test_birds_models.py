@@ -60,6 +60,55 @@ def test_parse_spec_rejects_unknown_names() -> None:
         parse_spec("transformer-l2-x0")
 
 
+def test_lpos_names_a_token_model_with_learned_positions_and_its_own_calibration() -> None:
+    spec = parse_spec("transformer-local-l2-lpos-x3")
+    assert (spec.family, spec.depth, spec.budget, spec.learned_positions) == ("transformer-local", 2, 3, True)
+    assert (spec.base, spec.setting) == ("transformer-local-l2-lpos", "transformer-local-lpos")
+    assert spec.label == "Transformer, local CNN tokenizer, 2 layers, learned positions, 3x steps"
+    plain = parse_spec("transformer-l1")
+    assert (plain.learned_positions, plain.setting) == (False, "transformer")
+    for bad in ("pool-d3-lpos", "global-lpos", "mlp-lpos"):
+        with pytest.raises(ValueError, match="only the token models"):
+            parse_spec(bad)
+    with pytest.raises(ValueError, match="unknown model"):
+        parse_spec("transformer-l2-x3-lpos")  # the step multiple comes last
+    cfg = BirdsConfig(per_family={"transformer-local": (1e-3, 0.05), "transformer-local-lpos": (1e-2, 0.1)})
+    lrs = {name: experiment.run_settings(name, "compare", cfg, seed=0)["train"]["lr"]
+           for name in ("transformer-local-l2", "transformer-local-l2-lpos-x3")}
+    assert lrs == {"transformer-local-l2": 1e-3, "transformer-local-l2-lpos-x3": 1e-2}
+
+
+@pytest.mark.parametrize("name", ["transformer-l1", "transformer-local-l2", "mixer-l1"])
+def test_lpos_models_learn_a_position_table_at_the_standardised_tokens_scale(name: str) -> None:
+    """Why ``-lpos`` exists: the 2-D sin/cos codes of a small grid are nearly parallel, so what tells two cells
+    apart is a small part of each token; a table of unit-variance entries gives each cell a code as long as a
+    standardised token and nearly orthogonal to the others'. The table trains, and is the only position code."""
+    torch.manual_seed(0)
+    sincos, learned = build_model(name, 4, image_size=64), build_model(f"{name}-lpos", 4, image_size=64)
+    assert sincos.embedder.pos_embed is None and learned.embedder.sincos is None
+    n = sincos.tokenizer.grid_size[0] * sincos.tokenizer.grid_size[1]
+    prefix = learned.embedder.n_prefix
+    table = learned.embedder.pos_embed[0, prefix:].detach()  # [N, d], the class token's row left out
+    assert table.shape == (n, 64) and abs(table.std().item() - 1) < 0.1
+    codes = sincos.embedder.sincos(sincos.tokenizer.batch(torch.rand(1, 3, 64, 64)).positions[:, prefix:])[0]
+
+    def mean_cosine(x: torch.Tensor) -> float:  # [N, d] -> mean cosine over distinct pairs
+        unit = torch.nn.functional.normalize(x, dim=-1)
+        return ((unit @ unit.T).sum() - n).item() / (n * (n - 1))
+
+    def spread(x: torch.Tensor) -> float:  # how far a cell's code is from the mean code
+        return (x - x.mean(0)).norm(dim=-1).mean().item()
+
+    if n == 16:  # the local tokenizer's 4 x 4 grid
+        assert mean_cosine(codes) > 0.9 and spread(codes) < 2
+    assert abs(mean_cosine(table)) < 0.05 and spread(table) > 7  # a standardised token's norm is sqrt(64) = 8
+    learned(torch.rand(2, 3, 64, 64)).sum().backward()
+    assert learned.embedder.pos_embed.grad.abs().sum() > 0
+    assert "pos_embed" in learned.embedder.no_weight_decay()
+    if parse_spec(name).any_size:  # the table is resampled to another grid
+        assert learned(torch.rand(2, 3, 96, 96)).shape == (2, 4)
+
+
 def test_a_step_multiple_trains_that_many_times_the_steps() -> None:
     cfg = BirdsConfig(image_size=32, steps=4, batch_size=8, n_test=8)
     for name, expected in (("transformer-l1", 4), ("transformer-l1-x2", 8)):

@@ -205,6 +205,37 @@ def test_a_sweep_with_models_added_trains_only_theirs_and_one_with_models_droppe
     assert (out / "runs.jsonl").read_text() == before
 
 
+def test_a_sweep_extended_by_a_new_setting_takes_its_rate_and_one_that_changes_a_run_rate_is_refused(
+        tmp_path: Path, monkeypatch) -> None:
+    """The calibration adds a rate for a new setting (``transformer-lpos``) with the models that use it: the
+    sweep extends. A rate that would change how a model already run trains (here the ``mlp`` family's, or
+    a family that trained at the common rate gaining one) makes it another sweep."""
+    out = tmp_path / "sweep"
+    one = BirdsConfig(**{**SWEEP.__dict__, "models": ("mlp", "transformer-l1"), "seeds": (0,),
+                         "per_family": {"mlp": (1e-3, 0.05)}})
+    run_experiment(out, config=one, quiet=True)
+    rates: list[tuple[str, float]] = []
+    real_train = experiment.train_model
+
+    def train(name, task, cfg, seed, **options):
+        rates.append((name, experiment.run_settings(name, task, cfg, seed)["train"]["lr"]))
+        return real_train(name, task, cfg, seed, **options)
+
+    monkeypatch.setattr(experiment, "train_model", train)
+    more = BirdsConfig(**{**one.__dict__, "models": ("mlp", "transformer-l1", "transformer-l1-lpos"),
+                          "per_family": {"mlp": (1e-3, 0.05), "transformer-lpos": (1e-2, 0.05)}})
+    run_experiment(out, config=more, quiet=True)
+    assert rates == [("transformer-l1-lpos", 1e-2)] * 2
+    before = (out / "runs.jsonl").read_text()
+    for per_family in ({"mlp": (3e-3, 0.05), "transformer-lpos": (1e-2, 0.05)},
+                       {"mlp": (1e-3, 0.05), "transformer-lpos": (1e-2, 0.05), "transformer": (1e-2, 0.05)}):
+        with pytest.raises(UsageError, match="another configuration"):
+            run_experiment(out, config=BirdsConfig(**{**more.__dict__, "models": (*more.models, "pool-d1"),
+                                                      "per_family": per_family}), quiet=True)
+    assert (out / "runs.jsonl").read_text() == before
+    assert rates == [("transformer-l1-lpos", 1e-2)] * 2
+
+
 @pytest.mark.parametrize("models", [5, [["mlp"]], "mlp", None])
 def test_a_sweep_record_whose_models_are_not_a_list_of_names_is_refused_in_one_line(tmp_path: Path,
                                                                                     models) -> None:

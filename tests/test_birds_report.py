@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,13 +12,15 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from tokformer.cli import main
+from tokformer.errors import UsageError
 from tokformer.machine import cpu_model
-from tokformer.tasks.birds import BirdsConfig, run_experiment
+from tokformer.tasks.birds import BirdsConfig, experiment, run_experiment
 from tokformer.tasks.birds.data import N_CLASSES
 from tokformer.tasks.birds.experiment import RunResult, Sweep
 from tokformer.tasks.birds.models import build_model, parse_spec
 from tokformer.tasks.birds.report import (
     FIGURES,
+    analysed_transformer,
     budget_groups,
     budget_table,
     curve_table,
@@ -69,6 +72,43 @@ def test_a_sweep_of_the_first_versions_tokens_trains_them_and_its_report_says_so
 def test_cli_rejects_bad_seeds(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["birds", "--out", str(tmp_path), "--seeds", "a,b"])
     assert result.exit_code == 2 and "comma-separated integers" in result.output
+
+
+def test_cli_rejects_bad_models_in_one_line(tmp_path: Path) -> None:
+    for value, message in (("resnet50", "unknown model 'resnet50'"), ("pool-d3-lpos", "only the token models"),
+                           (",", "comma-separated model names")):
+        result = CliRunner().invoke(main, ["birds", "--out", str(tmp_path / "out"), "--models", value])
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, value
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_of_chosen_models_runs_those_and_its_report_says_how_to_rerun_it(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    """``--models`` replaces the preset's models (in the order given, once each) and keeps the rest of it; the
+    report's "Reproduce" line is the command that gives that sweep again."""
+    seen = {}
+
+    def sweep(cfg, **options):
+        seen["config"] = cfg
+        return Sweep(cfg)
+
+    def report(swept, out, *, elapsed, command):
+        seen["command"] = command
+        return Path(out) / "report.md"
+
+    monkeypatch.setattr(experiment, "run_sweep", sweep)
+    monkeypatch.setattr(experiment, "write_report", report)
+    result = CliRunner().invoke(main, ["birds", "--out", str(tmp_path / "out"), "--quiet", "--models",
+                                       "transformer-local-l2-lpos, pool-d5,transformer-local-l2-lpos"])
+    assert result.exit_code == 0, result.output
+    assert seen["config"].models == ("transformer-local-l2-lpos", "pool-d5")
+    assert (seen["config"].seeds, seen["config"].steps) == (BirdsConfig().seeds, BirdsConfig().steps)
+    assert seen["command"] == "tokformer birds --models transformer-local-l2-lpos,pool-d5"
+    run_experiment(tmp_path / "quick", quick=True, models=["mlp"], quiet=True)
+    assert (seen["config"].models, seen["config"].steps) == (("mlp",), 250)
+    assert seen["command"] == "tokformer birds --quick --models mlp"
+    with pytest.raises(UsageError, match="unknown model 'resnet50'"):
+        run_experiment(tmp_path / "other", models=["resnet50"], quiet=True)
 
 
 # runs.jsonl lines (one finished run each, as `run_sweep` logs them) with known per-seed accuracies
@@ -141,6 +181,28 @@ def _sweep(results: list[RunResult], models: tuple[str, ...]) -> Sweep:
     cfg = BirdsConfig(image_size=32, n_test=8, second_size=0, steps=100, models=models, seeds=(0, 1))
     built = {(m, task): build_model(m, N_CLASSES[task], 32) for m in models for task in cfg.tasks}
     return Sweep(cfg, results, built)
+
+
+def test_the_attention_analysis_takes_the_transformer_that_compares_best_on_validation() -> None:
+    """Item 5: the analysed model is one that learned. The choice reads the first seed's validation curve (the
+    model analysed is that seed's), never the test accuracy, and prefers the common budget."""
+    def _validated(results: list[RunResult], names: tuple[str, ...]) -> Sweep:  # 1,000 validation images
+        sweep = _sweep(results, names)
+        return Sweep(dataclasses.replace(sweep.config, n_test=1000), sweep.results, sweep.models)
+
+    models = ("transformer-l2", "transformer-local-l2", "transformer-local-l1-lpos", "transformer-local-l2-x3", "mlp")
+    curves = {"transformer-l2": 0.52, "transformer-local-l2": 0.50, "transformer-local-l1-lpos": 0.81,
+              "transformer-local-l2-x3": 0.99, "mlp": 0.95}
+    results = [_run(m, "compare", 0, 0.5, [(50, 0.5), (100, v)]) for m, v in curves.items()]
+    results += [_run("transformer-local-l2", "compare", 1, 0.5, [(100, 0.99)]),  # not the analysed seed
+                _run("transformer-l2", "compare", 0, 0.99, [(100, 0.52)])]  # a test accuracy: not read
+    results += [_run("transformer-local-l2", "count", 0, 0.5, [(100, 0.99)])]  # another task
+    assert analysed_transformer(_validated(results, models)) == "transformer-local-l1-lpos"
+    tied = [_run(m, "compare", 0, 0.5, [(100, 0.5)]) for m in models]
+    assert analysed_transformer(_validated(tied, models)) == "transformer-local-l2", "a tie: local, then deepest"
+    noise = [_run(m, "compare", 0, 0.5, [(100, 0.5 + 0.01 * (m == "transformer-l2"))]) for m in models]
+    assert analysed_transformer(_validated(noise, models)) == "transformer-local-l2", "within chance's noise: a tie"
+    assert analysed_transformer(_validated(tied, ("mlp", "global"))) is None
 
 
 def test_the_budget_table_puts_each_budgets_runs_in_its_own_column() -> None:

@@ -252,7 +252,7 @@ def _seeds_cell(values: list[float]) -> str:
     return f"{mean:.3f} ± {std:.3f} ({' / '.join(f'{v:.3f}' for v in values)})"
 
 
-@pytest.mark.parametrize("folder", ["docs/birds", "docs/birds/quick"])
+@pytest.mark.parametrize("folder", ["docs/birds", "docs/birds/quick", "docs/birds/positions"])
 def test_the_committed_birds_report_is_the_mean_of_its_runs(folder: str) -> None:
     """Every accuracy cell of a committed birds report (results table and results.json) is the mean,
     sample std and per-seed values of that model's runs in its runs.jsonl, every seed the sweep names."""
@@ -274,9 +274,10 @@ def test_the_committed_birds_report_is_the_mean_of_its_runs(folder: str) -> None
 
 def test_every_mean_and_std_docs_birds_quotes_is_in_a_results_file_it_links() -> None:
     """docs/birds.md quotes its cells by hand from the reports; each "mean ± std" must be one of theirs."""
-    sources = ["docs/birds/report.md", "docs/birds/quick/report.md", "docs/birds/calibration.md",
-               "benchmarks/results/birds_calibration.md", "benchmarks/results/birds_mixing.md",
-               "benchmarks/results/birds_probe.md", "benchmarks/results/birds_quadrant_tokens.md"]
+    sources = ["docs/birds/report.md", "docs/birds/quick/report.md", "docs/birds/positions/report.md",
+               "docs/birds/calibration.md", "benchmarks/results/birds_calibration.md",
+               "benchmarks/results/birds_mixing.md", "benchmarks/results/birds_probe.md",
+               "benchmarks/results/birds_quadrant_tokens.md", "benchmarks/results/birds_positions.md"]
     text = "\n".join((ROOT / source).read_text(encoding="utf-8") for source in sources)
     quoted = set(re.findall(r"\d\.\d{3} ± \d\.\d{3}", (ROOT / "docs/birds.md").read_text(encoding="utf-8")))
     assert len(quoted) >= 10, "the guide quotes the full sweep's cells"
@@ -284,7 +285,7 @@ def test_every_mean_and_std_docs_birds_quotes_is_in_a_results_file_it_links() ->
     assert not missing, f"quoted in docs/birds.md but in no results file: {missing}"
 
 
-@pytest.mark.parametrize("script", ["vqa_calibration", "birds_quadrant_tokens"])
+@pytest.mark.parametrize("script", ["vqa_calibration", "birds_quadrant_tokens", "birds_positions"])
 def test_a_probe_table_is_rendered_from_its_runs(script: str) -> None:
     """The calibration and probe tables the guides cite are what their scripts render from the committed runs."""
     module = __import__(script)

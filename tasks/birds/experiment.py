@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -55,6 +55,10 @@ FULL_MODELS: tuple[str, ...] = (
     "mixer-l2", "pool-d6-x3", "global-x3", "mlp-x3", "transformer-l2-x3", "transformer-local-l2-x3", "mixer-l2-x3",
     "transformer-local-l2-x10",
 )
+# The Transformers again with a learned position table in place of the 2-D sin/cos code, which barely tells the
+# cells of these small grids apart (benchmarks/birds_positions.py): a sweep of their own, beside the full one
+# (``tokformer birds --models ...``, docs/birds/positions/), so the full sweep's folder keeps the runs it made.
+POSITION_MODELS: tuple[str, ...] = ("transformer-l2-lpos", "transformer-local-l1-lpos", "transformer-local-l2-lpos")
 # family -> (learning rate, warmup fraction) for the sweep: benchmarks/birds_calibration.py's choice on
 # validation images (benchmarks/results/birds_calibration.md; the token models' among their runs with
 # standardised tokens). Three families sit at chance at every learning rate of the grid on the comparison
@@ -63,6 +67,7 @@ FULL_MODELS: tuple[str, ...] = (
 CALIBRATED: dict[str, tuple[float, float]] = {
     "pool": (0.003, 0.05), "global": (0.003, 0.05), "mlp": (0.001, 0.05), "transformer": (0.003, 0.05),
     "transformer-local": (0.003, 0.05), "mixer": (0.003, 0.05),
+    "transformer-local-lpos": (0.003, 0.05), "transformer-lpos": (0.01, 0.05),
 }
 # Quick: the same families at one seed, fewer depths, no extra-budget rows.
 QUICK_MODELS: tuple[str, ...] = (
@@ -124,7 +129,7 @@ class BirdsConfig:
 
 
 def full_config(**overrides) -> BirdsConfig:
-    """The full sweep: 20 models x 2 tasks x 3 seeds (about two hours on 2 CPU cores)."""
+    """The full sweep: 20 models x 2 tasks x 3 seeds (about two and a half hours on 2 CPU cores)."""
     return BirdsConfig(**overrides)
 
 
@@ -179,7 +184,7 @@ def run_settings(name: str, task: str, cfg: BirdsConfig, seed: int) -> dict[str,
     ``cfg.steps`` times the name's ``-xN`` multiple, the family's calibrated learning rate and warmup,
     :data:`EVALUATIONS` evaluations on the validation split (``cfg.n_test`` images)."""
     spec = parse_spec(name)
-    lr, warmup = cfg.per_family.get(spec.family, (cfg.lr, cfg.warmup))
+    lr, warmup = learning_rate(name, cfg.per_family, cfg.lr, cfg.warmup)
     steps = cfg.steps * spec.budget
     return {
         "task": {"name": "birds", "model": name, "question": task, "image_size": cfg.image_size,
@@ -189,6 +194,14 @@ def run_settings(name: str, task: str, cfg: BirdsConfig, seed: int) -> dict[str,
                   "weight_decay": cfg.weight_decay, "seed": seed, "device": cfg.device, "keep_last": 1,
                   "eval_every": -(-steps // EVALUATIONS), "log_every": -(-steps // EVALUATIONS)},
     }
+
+
+def learning_rate(name: str, per_family: Mapping[str, Sequence[float]], lr: float,
+                  warmup: float) -> tuple[float, float]:
+    """Model ``name``'s (learning rate, warmup fraction): its setting's in ``per_family`` (the family, ``-lpos``
+    apart: :attr:`~tokformer.tasks.birds.models.ModelSpec.setting`), else the common ``lr`` and ``warmup``."""
+    chosen = per_family.get(parse_spec(name).setting)
+    return (float(chosen[0]), float(chosen[1])) if chosen is not None else (lr, warmup)
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -282,8 +295,7 @@ def finished_runs(out: Path, cfg: BirdsConfig) -> list[RunResult]:
         raise UsageError(f"{record} cannot be read ({error}); choose another --out") from None
     wanted = _config_record(cfg)
     differs = sorted(k for k in wanted.keys() | previous.keys() if previous.get(k) != wanted.get(k))
-    if differs == ["models"] and isinstance(previous["models"], list) and all(
-            m in wanted["models"] for m in previous["models"]):
+    if "models" in differs and set(differs) <= {"models", "per_family"} and _only_adds_models(previous, wanted):
         differs = []  # the same sweep with models added: it trains only theirs
     if differs:
         shown = ", ".join(f"{k} {previous.get(k)!r} there, {wanted.get(k)!r} now" for k in differs[:3])
@@ -299,6 +311,20 @@ def finished_runs(out: Path, cfg: BirdsConfig) -> list[RunResult]:
         if run.seed != cfg.seeds[0] or _model_path(out, run.model, run.task).exists():
             done[(run.model, run.task, run.seed)] = run
     return list(done.values())
+
+
+def _only_adds_models(previous: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether sweep record ``wanted`` is ``previous`` with models added, and at most the learning rates of
+    settings that only the added models use: every model already run is still listed and would train at the
+    same rate (a rate the calibration adds for a new setting, ``transformer-local-lpos``, changes no run made)."""
+    models = previous.get("models")
+    if not isinstance(models, list) or not all(isinstance(m, str) and m in wanted["models"] for m in models):
+        return False
+    try:
+        rate = lambda record, name: learning_rate(name, record["per_family"], record["lr"], record["warmup"])
+        return all(rate(previous, name) == rate(wanted, name) for name in models)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):  # a record not written by this code
+        return False
 
 
 def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
@@ -386,6 +412,7 @@ def run_experiment(
     seeds: Sequence[int] | None = None,
     device: str = "cpu",
     quiet: bool = False,
+    models: Sequence[str] | None = None,
     config: BirdsConfig | None = None,
 ) -> Path:
     """Run the whole birds experiment and write its report; returns the path of ``report.md``.
@@ -400,13 +427,22 @@ def run_experiment(
         quick: the small preset (:func:`quick_config`, under 10 minutes on 2 CPU cores)
             instead of the full one (:func:`full_config`).
         seeds: override the preset's seeds.
+        models: override the preset's models (names as :func:`~tokformer.tasks.birds.models.parse_spec` reads
+            them), e.g. :data:`POSITION_MODELS`.
         device: torch device for training.
         quiet: no progress bar. Per-run lines go to the ``tokformer.birds`` logger (the CLI
             shows them unless ``--quiet``).
-        config: a complete config, overriding ``quick``, ``seeds`` and ``device``.
+        config: a complete config, overriding ``quick``, ``seeds``, ``models`` and ``device``.
     """
     if config is None:
         overrides = {"device": device} | ({"seeds": tuple(seeds)} if seeds else {})
+        if models:
+            for name in models:
+                try:
+                    parse_spec(name)
+                except ValueError as error:
+                    raise UsageError(str(error)) from None
+            overrides["models"] = tuple(dict.fromkeys(models))
         config = quick_config(**overrides) if quick else full_config(**overrides)
     if "compare" not in config.tasks:
         raise UsageError("a birds report needs the comparison task: its receptive-field and attention analyses "
@@ -416,7 +452,8 @@ def run_experiment(
     before = _elapsed_before(out)
     total = len(config.seeds) * len(config.tasks) * len(config.models)
     command = "tokformer birds" + (" --quick" if quick else "") + (
-        f" --seeds {','.join(map(str, config.seeds))}" if seeds else "")
+        f" --seeds {','.join(map(str, config.seeds))}" if seeds else "") + (
+        f" --models {','.join(config.models)}" if models else "")
     rendering_only = len(done) == total  # nothing to train: the report is redrawn, the sweep took no longer
     elapsed = lambda: before if rendering_only else before + time.perf_counter() - start
     report = lambda sweep: write_report(sweep, out, elapsed=elapsed(), command=command)

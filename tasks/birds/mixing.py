@@ -12,6 +12,7 @@ differ only in their mixing:
   image, so one layer reaches both; :func:`bird_token_gap` measures it per image;
 * ``attention-l``: l pre-norm Transformer blocks (tokformer's encoder) over the tokens plus fixed
   2-D sin/cos positions: every token can meet every other in one layer, with d²-sized weights;
+* ``attention-l-lpos``: the same with a learned position table in place of the sin/cos code (N·d weights);
 * ``matrix-l``: l blocks whose token mixing is one learned N x N matrix, the same for every image
   (N² weights per layer, tied to one grid);
 * ``fc``: one fully connected layer over all N·d token features ((N·d)² weights).
@@ -49,7 +50,14 @@ from tokformer.tasks.birds.data import (
     generate,
 )
 from tokformer.tasks.birds.experiment import BirdsConfig
-from tokformer.tasks.birds.models import PIXEL_MEAN, PIXEL_STD, READOUT_HIDDEN, TokenMixingBlock, prefers_channels_last
+from tokformer.tasks.birds.models import (
+    LEARNED_POSITION_STD,
+    PIXEL_MEAN,
+    PIXEL_STD,
+    READOUT_HIDDEN,
+    TokenMixingBlock,
+    prefers_channels_last,
+)
 from tokformer.tasks.birds.stream import SpilledCache, SplitTensors, TrainStream, batched_accuracy, to_float
 from tokformer.tokenizers.image import grid_positions
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
@@ -57,6 +65,7 @@ from tokformer.transformer import Encoder
 
 PATCH, WIDTH = 16, 64  # the encoder's patch side and token width
 MIXERS: tuple[str, ...] = ("conv-1", "conv-2", "conv-3", "conv-4", "conv-6", "attention-1", "attention-2",
+                           "attention-1-lpos", "attention-2-lpos",
                            "matrix-1", "matrix-2", "fc")
 
 
@@ -141,12 +150,18 @@ class ConvMixer(nn.Module):
 
 
 class AttentionMixer(nn.Module):
-    """tokformer's encoder over the tokens, with fixed 2-D sin/cos positions added first (attention
-    alone does not know where a token is)."""
+    """tokformer's encoder over the tokens, with a position code added first (attention alone does not
+    know where a token is): fixed 2-D sin/cos positions, or (``learned``, the ``-lpos`` mixers) a learned
+    ``[N, d]`` table at a standardised token's scale, as the sweep's ``-lpos`` Transformers have
+    (:data:`~tokformer.tasks.birds.models.LEARNED_POSITION_STD`; its N·d weights are built for one grid)."""
 
-    def __init__(self, n_layers: int, d_model: int, grid: tuple[int, int]) -> None:
+    def __init__(self, n_layers: int, d_model: int, grid: tuple[int, int], learned: bool = False) -> None:
         super().__init__()
-        self.register_buffer("positions", SinCos2DPositions(d_model)(grid_positions(*grid)[None]), persistent=False)
+        code = SinCos2DPositions(d_model)(grid_positions(*grid)[None])  # [1, N, d]
+        if learned:
+            self.positions = nn.Parameter(torch.randn_like(code) * LEARNED_POSITION_STD)
+        else:
+            self.register_buffer("positions", code, persistent=False)
         self.encoder = Encoder(TransformerConfig(d_model=d_model, n_heads=4, n_layers=n_layers, d_ff=2 * d_model,
                                                  dropout=0.0, activation="gelu"))
 
@@ -176,17 +191,22 @@ class FullyConnectedMixer(nn.Module):
         return tokens + F.relu(self.layer(tokens.flatten(1))).view_as(tokens)
 
 
-_MIXER = re.compile(r"^(conv|attention|matrix)-(\d+)$|^fc$")
+_MIXER = re.compile(r"^(conv|attention|matrix)-(\d+)$|^attention-(\d+)-lpos$|^fc$")
 
 
 def build_mixer(name: str, d_model: int, grid: tuple[int, int]) -> nn.Module:
-    """``conv-k`` / ``attention-l`` / ``matrix-l`` / ``fc`` -> the mixing module for a token grid."""
+    """``conv-k`` / ``attention-l`` / ``attention-l-lpos`` / ``matrix-l`` / ``fc`` -> the mixing module for a
+    token grid."""
     match = _MIXER.match(name)
-    if match is None or (match.group(2) is not None and int(match.group(2)) < 1):
-        raise ValueError(f"unknown mixer {name!r}; use conv-K, attention-L, matrix-L (K, L >= 1) or fc")
+    depth = next((int(d) for d in (match.group(2), match.group(3)) if d is not None), None) if match else None
+    if match is None or (depth is not None and depth < 1):
+        raise ValueError(f"unknown mixer {name!r}; use conv-K, attention-L, attention-L-lpos, matrix-L (K, L >= 1) "
+                         "or fc")
     if name == "fc":
         return FullyConnectedMixer(d_model, grid)
-    kind, depth = match.group(1), int(match.group(2))
+    if match.group(3) is not None:
+        return AttentionMixer(depth, d_model, grid, learned=True)
+    kind = match.group(1)
     return {"conv": ConvMixer, "attention": AttentionMixer, "matrix": MatrixMixer}[kind](depth, d_model, grid)
 
 

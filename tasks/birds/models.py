@@ -14,7 +14,8 @@ Every model maps ``[B, 3, H, W]`` images in [0, 1] to ``[B, n_classes]`` logits.
   classification head (a small ViT): every token can attend to every other from layer 1.
 
 Models are named by spec strings (``local-d4``, ``pool-d3``, ``global``, ``transformer-l2``,
-and ``transformer-l2-x4`` for the same model trained four times as many steps) so an
+``transformer-l2-lpos`` for the same model with a learned position table instead of the 2-D
+sin/cos code, and ``transformer-l2-x4`` for the same model trained four times as many steps) so an
 experiment grid is a list of names; :func:`build_model` turns one into a module.
 """
 
@@ -126,17 +127,17 @@ class BirdTransformer(nn.Module):
     with a small CNN that sees that patch only (:mod:`tokformer.tokenizers.image_local`), so
     the locality prior sits in the tokenizer and attention remains the only path between
     patches. The head averages the patch tokens into the readout all whole-image models share;
-    the class token stays as a global scratch token every patch can attend to. ``token_norm``: see
-    :func:`token_embedder`.
+    the class token stays as a global scratch token every patch can attend to. ``token_norm`` and
+    ``position``: see :func:`token_embedder`.
     """
 
     def __init__(self, n_classes: int, *, n_layers: int = 2, d_model: int = 64, n_heads: int = 4,
                  patch: int = 8, image_size: int = 64, tokenizer: str = "linear", cnn_width: int = 32,
-                 cnn_depth: int = 2, token_norm: str = "standardise") -> None:
+                 cnn_depth: int = 2, token_norm: str = "standardise", position: str = "sincos") -> None:
         super().__init__()
         self.depth = n_layers
         self.tokenizer = _tokenizer(tokenizer, patch, image_size, class_token=True, cnn_width=cnn_width,
-                                    cnn_depth=cnn_depth)
+                                    cnn_depth=cnn_depth, position=position)
         cfg = TransformerConfig(d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=2 * d_model,
                                 dropout=0.0, activation="gelu")
         self.embedder = token_embedder(self.tokenizer, d_model, token_norm)
@@ -154,6 +155,9 @@ class BirdTransformer(nn.Module):
 
 
 TOKEN_NORMS = ("standardise", "affine", "none")  # what a token model does to each patch embedding
+
+
+POSITIONS = ("sincos", "learned")  # the position code a token model adds: :func:`token_embedder`
 
 
 def token_embedder(tokenizer: ImagePatchTokenizer, d_model: int, norm: str) -> PatchEmbedder:
@@ -176,15 +180,32 @@ def token_embedder(tokenizer: ImagePatchTokenizer, d_model: int, norm: str) -> P
     if norm != "none":
         layer_norm = nn.LayerNorm(d_model, elementwise_affine=norm == "affine")
         embedder.proj = nn.Sequential(embedder.proj, layer_norm)  # [..., features] -> [..., d]
+    if embedder.pos_embed is not None:
+        nn.init.normal_(embedder.pos_embed, std=LEARNED_POSITION_STD)
     return embedder
 
 
+# A learned position table (``position="learned"``, the ``-lpos`` models) starts at the scale of a standardised
+# token (unit variance per feature), not timm's 0.02: at 0.02 the table is 1/50 of the token it is added to, AdamW
+# moves each entry by about the learning rate per step, so it takes most of a 300-step run to grow into something
+# attention can read (measured, benchmarks/results/birds_positions.md: the 2-layer local-tokenizer Transformer at
+# 0.514 on the validation comparison with 0.02, 0.786 with 1.0, means of 3 seeds). Why not the sin/cos code: on
+# the 4 x 4 grid of 16 px patches its 16 codes are nearly parallel (mean pairwise cosine 0.91 at base 10,000): what
+# tells one cell from another, the deviation of a code from their mean, has norm 1.6 against 8 for a standardised
+# token. A table of unit-variance entries gives every cell a code as long as the token and nearly orthogonal to the
+# others' (``benchmarks/birds_positions.py``).
+LEARNED_POSITION_STD = 1.0
+
+
 def _tokenizer(kind: str, patch: int, image_size: int, *, class_token: bool, cnn_width: int,
-               cnn_depth: int) -> ImagePatchTokenizer:
+               cnn_depth: int, position: str = "sincos") -> ImagePatchTokenizer:
     """The linear or local (per-patch CNN of ``cnn_width``, ``cnn_depth``) patch tokenizer,
-    normalising with the generator's statistics."""
+    normalising with the generator's statistics, adding ``position`` (:data:`POSITIONS`)."""
+    if position not in POSITIONS:
+        raise ValueError(f"position must be one of {', '.join(POSITIONS)}; got {position!r}")
     options = dict(patch_size=patch, image_size=image_size, class_token=class_token, resize=False,
-                   mean=(PIXEL_MEAN,) * 3, std=(PIXEL_STD,) * 3)  # resize=False: other sizes stay other sizes
+                   mean=(PIXEL_MEAN,) * 3, std=(PIXEL_STD,) * 3,  # resize=False: other sizes stay other sizes
+                   position=position)
     if kind == "local":
         return LocalPatchTokenizer(**options, cnn_width=cnn_width, cnn_depth=cnn_depth)
     if kind == "linear":
@@ -223,11 +244,11 @@ class TokenMixer(nn.Module):
 
     def __init__(self, n_classes: int, *, n_layers: int = 2, d_model: int = 64, patch: int = 8,
                  image_size: int = 64, cnn_width: int = 32, cnn_depth: int = 2,
-                 token_norm: str = "standardise") -> None:
+                 token_norm: str = "standardise", position: str = "sincos") -> None:
         super().__init__()
         self.depth = n_layers
         self.tokenizer = _tokenizer("local", patch, image_size, class_token=False, cnn_width=cnn_width,
-                                    cnn_depth=cnn_depth)
+                                    cnn_depth=cnn_depth, position=position)
         n_tokens = self.tokenizer.grid_size[0] * self.tokenizer.grid_size[1]
         self.embedder = token_embedder(self.tokenizer, d_model, token_norm)
         self.blocks = nn.ModuleList(TokenMixingBlock(n_tokens, d_model) for _ in range(n_layers))
@@ -266,13 +287,21 @@ class PixelMLP(nn.Module):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A parsed model name: family, depth, and how many times the sweep's step budget it
-    trains for (``budget``, 1 but for ``-xN`` names)."""
+    """A parsed model name: family, depth, whether a token model learns its position table
+    (``-lpos``) and how many times the sweep's step budget it trains for (``budget``, 1 but for
+    ``-xN`` names)."""
 
     name: str
     family: str
     depth: int
     budget: int = 1
+    learned_positions: bool = False
+
+    @property
+    def setting(self) -> str:
+        """What the calibration chooses a learning rate for: the family, and ``-lpos`` when the model
+        learns its positions (``transformer-local-lpos``), since the two learn at different rates."""
+        return self.family + ("-lpos" if self.learned_positions else "")
 
     @property
     def base(self) -> str:
@@ -298,6 +327,7 @@ class ModelSpec:
             "mixer": f"Token-mixing matrix, local CNN tokenizer, {layers}",
             "mlp": f"Fully connected on raw pixels, {self.depth} hidden",
         }[self.family]
+        label += ", learned positions" if self.learned_positions else ""
         return label + (f", {self.budget}x steps" if self.budget > 1 else "")
 
     @property
@@ -328,17 +358,20 @@ _FAMILIES: dict[str, tuple[str, int | None]] = {
     "local": ("d", None), "pool": ("d", None), "global": ("d", 4), "mlp": ("d", 2),
     "transformer": ("l", None), "transformer-local": ("l", None), "mixer": ("l", None),
 }
-_SPEC = re.compile(r"^(?P<family>[a-z]+(?:-local)?)(?:-(?P<letter>[dl])(?P<depth>\d+))?(?:-x(?P<budget>\d+))?$")
+_SPEC = re.compile(r"^(?P<family>[a-z]+(?:-local)?)(?:-(?P<letter>[dl])(?P<depth>\d+))?(?P<lpos>-lpos)?"
+                   r"(?:-x(?P<budget>\d+))?$")
 
 
 def parse_spec(name: str) -> ModelSpec:
     """``local-d4`` / ``pool-d3`` / ``global`` / ``mlp`` / ``transformer-l2`` / ``transformer-local-l2`` /
-    ``mixer-l2``, each optionally ``-xK`` (K times the step budget) -> ModelSpec, or ValueError."""
+    ``mixer-l2``, the token models optionally ``-lpos`` (a learned position table), each optionally ``-xK``
+    (K times the step budget) -> ModelSpec, or ValueError."""
     match = _SPEC.match(name)
     family = match and match.group("family")
     if family not in _FAMILIES:
         raise ValueError(f"unknown model {name!r}; use local-dN, pool-dN, global, mlp, transformer-lN, "
-                         "transformer-local-lN or mixer-lN, optionally followed by -xK (K times the steps)")
+                         "transformer-local-lN or mixer-lN (the last three optionally followed by -lpos: learned "
+                         "positions), optionally followed by -xK (K times the steps)")
     letter, default = _FAMILIES[family]
     given = match.group("depth")
     if (given is None and default is None) or (given is not None and match.group("letter") != letter):
@@ -346,7 +379,10 @@ def parse_spec(name: str) -> ModelSpec:
     depth, budget = int(given or default), int(match.group("budget") or 1)
     if depth < 1 or budget < 1:
         raise ValueError(f"model {name!r}: depth and step multiple must be at least 1")
-    return ModelSpec(name, family, depth, budget)
+    spec = ModelSpec(name, family, depth, budget, learned_positions=match.group("lpos") is not None)
+    if spec.learned_positions and not spec.tokens:
+        raise ValueError(f"model {name!r}: only the token models (transformer, transformer-local, mixer) take -lpos")
+    return spec
 
 
 def build_model(name: str, n_classes: int, image_size: int = 64, *, token_norm: str = "standardise",
@@ -354,11 +390,12 @@ def build_model(name: str, n_classes: int, image_size: int = 64, *, token_norm: 
     """A freshly initialised model for spec ``name`` (seed torch first for reproducibility).
 
     ``options`` go to the model's constructor (calibration tries e.g. ``patch=16``); the sweep
-    uses the defaults. ``token_norm`` applies to the token models only (:func:`token_embedder`).
+    uses the defaults. ``token_norm`` applies to the token models only (:func:`token_embedder`), as
+    does the name's ``-lpos`` (``position="learned"``).
     """
     spec = parse_spec(name)
     if spec.tokens:
-        options = {"token_norm": token_norm, **options}
+        options = {"token_norm": token_norm, "position": "learned" if spec.learned_positions else "sincos", **options}
     if spec.family in ("local", "pool"):
         return LocalCNN(n_classes, spec.depth, pool=spec.family == "pool", image_size=image_size, **options)
     if spec.family == "global":

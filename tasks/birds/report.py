@@ -20,7 +20,14 @@ from tokformer.engine import over_seeds
 from tokformer.tasks.birds.attention import attention_maps, bird_attention, corner_attention, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, SPECIES, TOP_RIGHT, generate
 from tokformer.tasks.birds.design import VIEWS, bayes_accuracy, oracle_accuracies
-from tokformer.tasks.birds.models import LOCAL_TOKENIZER, READOUT_HIDDEN, BirdTransformer, LocalCNN, parse_spec
+from tokformer.tasks.birds.models import (
+    LEARNED_POSITION_STD,
+    LOCAL_TOKENIZER,
+    READOUT_HIDDEN,
+    BirdTransformer,
+    LocalCNN,
+    parse_spec,
+)
 from tokformer.tasks.birds.receptive_field import (
     analytic_receptive_field,
     centre_unit,
@@ -341,14 +348,26 @@ class AttentionSummary:
     counting: np.ndarray | None = None
 
 
-def attention_summary(sweep: Sweep, n_images: int = 200) -> AttentionSummary | None:
-    """Attention statistics of the deepest Transformer at the common budget (local tokenizer
-    preferred), or None without a Transformer or comparison task."""
+def analysed_transformer(sweep: Sweep) -> str | None:
+    """The Transformer whose attention the report analyses: the one at the common budget that compares best
+    on the validation images (the last evaluation of its first-seed run, whose model is the one analysed: a
+    model at chance shows no strategy), ties to the local tokenizer, then the deepest; None without one.
+    Accuracies within two standard errors of a guesser of chance (0.532 on 1,000 images) count as chance
+    alike, so noise among models that learned nothing does not pick one."""
     names = [n for n in sweep.config.models if parse_spec(n).family in ("transformer", "transformer-local")]
-    if not names or ("compare" not in sweep.test_sets):
+    above_chance = 0.5 + 2 * math.sqrt(0.25 / sweep.config.n_test)
+    validation = {r.model: r.curve[-1][1] if r.curve[-1][1] > above_chance else 0.0 for r in sweep.results
+                  if r.task == "compare" and r.seed == sweep.config.seeds[0] and r.curve}
+    rank = lambda n: (parse_spec(n).budget == 1, validation.get(n, 0.0), parse_spec(n).family == "transformer-local",
+                      parse_spec(n).depth)
+    return max(names, key=rank) if names else None
+
+
+def attention_summary(sweep: Sweep, n_images: int = 200) -> AttentionSummary | None:
+    """Attention statistics of :func:`analysed_transformer`, or None without a Transformer or comparison task."""
+    name = analysed_transformer(sweep)
+    if name is None or ("compare" not in sweep.test_sets):
         return None
-    rank = lambda n: (parse_spec(n).budget == 1, parse_spec(n).family == "transformer-local", parse_spec(n).depth)
-    name = max(names, key=rank)
     model: BirdTransformer = sweep.models[(name, "compare")]
     test = sweep.test_sets["compare"]
     indices = np.arange(min(n_images, len(test.labels)))
@@ -482,6 +501,18 @@ def _token_text(cfg) -> str:
             "standardise": "The token models (Transformers, token mixer) standardise each patch embedding (a "
                            "LayerNorm without parameters) before the 2-D position code is added, so that the code "
                            "is not drowned by the embedding's scale."}[cfg.token_norm]
+
+
+def _learned_positions_text(cfg) -> str:
+    """The ``-lpos`` rows' one difference, where the sweep has them (a bullet of the model list, or nothing)."""
+    if not any(parse_spec(name).learned_positions for name in cfg.models):
+        return ""
+    return ("- **Learned positions** (rows marked so, names ending `-lpos`): the same Transformer with a learned "
+            "position table (timm's `pos_embed`, resampled for another grid) in place of the 2-D sin/cos code, its "
+            f"entries drawn with std {LEARNED_POSITION_STD:g}, a standardised token's scale. Added after the "
+            "sweep's Transformers sat at chance, for a measured reason: on a small grid the sin/cos codes are "
+            "nearly parallel (mean pairwise cosine 0.91 on the 4 x 4 grid), so where a token sits is a small part "
+            "of it (`benchmarks/birds_positions.py`). The sin/cos rows stay as they ran.\n")
 
 
 def _lr_text(cfg) -> str:
@@ -661,6 +692,7 @@ def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str
     tokens = (cfg.image_size // patch) ** 2
     local_patch = LOCAL_TOKENIZER["patch"]
     local_tokens = (cfg.image_size // local_patch) ** 2
+    learned = _learned_positions_text(cfg)
     attention_section = (
         "![attention](attention.png)\n\nAttention weights are recomputed from each layer's `qkv` projection "
         "(softmax(q kᵀ/√d) per head) on the first 200 comparison test images (the counting lines of the findings: "
@@ -737,7 +769,7 @@ regression reaches on the exact feature (no pixels: the layout itself) on this r
   (`tokformer.tokenizers.image_local`; the tests check that a token's gradient is exactly zero on
   every pixel outside its patch). The locality prior sits in the tokenizer; attention remains the
   only path between patches, so between the two corners.
-- **Token-mixing matrix**: the local-tokenizer Transformer with attention replaced by one learned
+{learned}- **Token-mixing matrix**: the local-tokenizer Transformer with attention replaced by one learned
   {local_tokens}x{local_tokens} matrix per layer (`x + W · norm(x)`, the same for every image): global mixing from
   the first layer, but fixed instead of computed from the data, with parameters growing as N² (attention's as d²).
 - **Fully connected on raw pixels**: two hidden layers of 256 units on the {3 * cfg.image_size ** 2} pixel values:

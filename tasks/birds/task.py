@@ -38,7 +38,8 @@ class BirdsTaskConfig:
     """One birds model on one question. Its image options are the sweep's (``BirdsConfig``)."""
 
     model: str = field(default="transformer-local-l2", metadata=help_text(
-        "model: pool-dN, local-dN, global, mlp, transformer-lN, transformer-local-lN or mixer-lN (docs/birds.md)",
+        "model: pool-dN, local-dN, global, mlp, transformer-lN, transformer-local-lN or mixer-lN, the last three "
+        "with -lpos for a learned position table (docs/birds.md)",
         architecture=True))
     question: str = field(default="compare", metadata=help_text(
         "count (how many birds, 1-4) or compare (are the top-right and bottom-left birds the same species)",
