@@ -56,6 +56,12 @@ CANDIDATES: dict[str, dict] = {  # each about 8 minutes on 2 cores
                             cnn_width=8, train_size=60000),
     "local-w8-9k-100k": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
                              cnn_width=8, train_size=100000),
+    # the picture tokens' 2-D sin/cos codes on the 2 x 2 grid are 1.17 apart between neighbours (1.66 across a
+    # diagonal; cosines 0.96-0.98) against a code norm of 5.66 (d = 64); the birds experiment's Transformers
+    # compared birds only with a learned table (docs/birds.md, "The position code"): the same one here, drawn at
+    # unit variance
+    "local-w8-9k-lpos": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
+                             cnn_width=8, position="learned"),
     "linear-12k": dict(steps=12000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
                        tokenizer="linear"),
 }

@@ -53,6 +53,7 @@ from tokformer.errors import ConfigError, DataError
 from tokformer.positional import LearnedPositions
 from tokformer.sampling import SamplingConfig
 from tokformer.tasks import vqa_data
+from tokformer.tasks.birds.models import LEARNED_POSITION_STD
 from tokformer.tokenizers.bpe import BPETokenizer
 from tokformer.tokenizers.image import ImagePatchTokenizer, open_image
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
@@ -78,6 +79,9 @@ class VQAConfig:
         "patch side in pixels (32: one quadrant, its whole bird, per patch at 64 px)", architecture=True))
     tokenizer: Literal["local", "linear"] = field(default="local", metadata=help_text(
         "patch embedding: local (a small CNN per patch) or linear (a plain ViT)", architecture=True))
+    position: Literal["sincos", "learned"] = field(default="sincos", metadata=help_text(
+        "picture tokens' position code: sincos (fixed 2-D) or learned (a table, one entry per patch)",
+        architecture=True))
     cnn_width: int = field(default=8, metadata=help_text("local tokenizer: channels of its first conv",
                                                          architecture=True))
     cnn_depth: int = field(default=2, metadata=help_text("local tokenizer: conv stages", architecture=True))
@@ -119,8 +123,8 @@ class VQAConfig:
     def build_image_tokenizer(self) -> ImagePatchTokenizer:
         if self.tokenizer == "local":
             return LocalPatchTokenizer(self.patch_size, self.image_size, cnn_width=self.cnn_width,
-                                       cnn_depth=self.cnn_depth, class_token=False)
-        return ImagePatchTokenizer(self.patch_size, self.image_size, class_token=False)
+                                       cnn_depth=self.cnn_depth, class_token=False, position=self.position)
+        return ImagePatchTokenizer(self.patch_size, self.image_size, class_token=False, position=self.position)
 
     def transformer(self) -> TransformerConfig:
         return TransformerConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers, d_ff=self.d_ff,
@@ -370,8 +374,10 @@ class VQATask(Task):
     def _model(self, text_embedder: nn.Module) -> VisionLanguageModel:
         c = self.config
         nn.init.normal_(text_embedder.position.table.weight, std=0.01)  # GPT-2's wpe init
-        return VisionLanguageModel(self.image_tokenizer.build_embedder(c.d_model, dropout=c.dropout), text_embedder,
-                                   c.transformer())
+        image_embedder = self.image_tokenizer.build_embedder(c.d_model, dropout=c.dropout)
+        if image_embedder.pos_embed is not None:  # a table as long as a token, as the birds experiment measured
+            nn.init.normal_(image_embedder.pos_embed, std=LEARNED_POSITION_STD)
+        return VisionLanguageModel(image_embedder, text_embedder, c.transformer())
 
     def step(self, model: nn.Module, batch: dict[str, Any]) -> StepOutput:
         logits = model(batch["image"], batch["prompt"], batch["answer"]).float()  # [B, Na, V]

@@ -17,6 +17,7 @@ from PIL import Image
 from tokformer.cli import main
 from tokformer.engine import evaluate, train
 from tokformer.errors import ConfigError
+from tokformer.store.checkpoints import find_checkpoint, load_model_state
 from tokformer.store.loader import load
 from tokformer.tasks import vqa
 from tokformer.tasks.vqa import BOS, EOS, IGNORE, PAD, Example, Examples, VQAConfig, VQATask
@@ -148,6 +149,21 @@ def test_the_planned_model_is_the_built_one_with_the_largest_text_table() -> Non
     assert set(planned) == set(built) and table in built
     assert built[table][0] < planned[table][0] == 2000
     assert {n: s for n, s in planned.items() if n != table} == {n: s for n, s in built.items() if n != table}
+
+
+def test_learned_picture_positions_are_one_entry_per_patch_as_long_as_a_token_and_reload(tmp_path) -> None:
+    """``position="learned"``: one table row per patch drawn at unit variance (the birds experiment's
+    measured scale, not timm's 0.02, which a short run cannot grow), saved and read back with the run;
+    the default adds the fixed 2-D sin/cos code and has no table."""
+    assert tiny_task().build_model().segments.embedders["image"].pos_embed is None
+    table = tiny_task(position="learned").build_model().segments.embedders["image"].pos_embed
+    assert table.shape == (1, (32 // 8) ** 2, 32)  # [1, N, d]
+    assert abs(float(table.std()) - 1.0) < 0.15 and abs(float(table.mean())) < 0.15
+    train("vqa", run_dir=str(tmp_path / "run"), steps=2, warmup_steps=1, quiet=True,
+          **{**TINY, "position": "learned"})
+    trained = load_model_state(find_checkpoint(tmp_path / "run", "latest"))
+    reloaded = load(tmp_path / "run", checkpoint="latest").model.segments.embedders["image"].pos_embed
+    assert torch.equal(reloaded, trained["segments.embedders.image.pos_embed"])
 
 
 def test_a_model_too_large_for_memory_is_refused_before_any_data_are_drawn(tmp_path, monkeypatch) -> None:

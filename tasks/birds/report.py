@@ -349,16 +349,17 @@ class AttentionSummary:
 
 
 def analysed_transformer(sweep: Sweep) -> str | None:
-    """The Transformer whose attention the report analyses: the one at the common budget that compares best
-    on the validation images (the last evaluation of its first-seed run, whose model is the one analysed: a
-    model at chance shows no strategy), ties to the local tokenizer, then the deepest; None without one.
-    Accuracies within two standard errors of a guesser of chance (0.532 on 1,000 images) count as chance
-    alike, so noise among models that learned nothing does not pick one."""
+    """The Transformer whose attention the report analyses: the one that compares best on the validation
+    images at any budget (the last evaluation of its first-seed run, whose model is the one analysed: a model
+    at chance shows no strategy, and the issue asks about the model that compares best), ties to the common
+    budget, the local tokenizer, then the deepest; None without one. Accuracies within two standard errors of
+    a guesser of chance (0.532 on 1,000 images) count as chance alike, so noise among models that learned
+    nothing does not pick one."""
     names = [n for n in sweep.config.models if parse_spec(n).family in ("transformer", "transformer-local")]
     above_chance = 0.5 + 2 * math.sqrt(0.25 / sweep.config.n_test)
     validation = {r.model: r.curve[-1][1] if r.curve[-1][1] > above_chance else 0.0 for r in sweep.results
                   if r.task == "compare" and r.seed == sweep.config.seeds[0] and r.curve}
-    rank = lambda n: (parse_spec(n).budget == 1, validation.get(n, 0.0), parse_spec(n).family == "transformer-local",
+    rank = lambda n: (validation.get(n, 0.0), parse_spec(n).budget == 1, parse_spec(n).family == "transformer-local",
                       parse_spec(n).depth)
     return max(names, key=rank) if names else None
 
