@@ -374,9 +374,9 @@ class VQATask(Task):
     def _model(self, text_embedder: nn.Module) -> VisionLanguageModel:
         c = self.config
         nn.init.normal_(text_embedder.position.table.weight, std=0.01)  # GPT-2's wpe init
-        image_embedder = self.image_tokenizer.build_embedder(c.d_model, dropout=c.dropout)
-        if image_embedder.pos_embed is not None:  # a table as long as a token, as the birds experiment measured
-            nn.init.normal_(image_embedder.pos_embed, std=LEARNED_POSITION_STD)
+        # a learned table as long as a token, as the birds experiment measured
+        image_embedder = self.image_tokenizer.build_embedder(c.d_model, dropout=c.dropout,
+                                                             position_std=LEARNED_POSITION_STD)
         return VisionLanguageModel(image_embedder, text_embedder, c.transformer())
 
     def step(self, model: nn.Module, batch: dict[str, Any]) -> StepOutput:

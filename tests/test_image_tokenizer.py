@@ -11,6 +11,7 @@ from tokformer.errors import DataError
 from tokformer.heads import ClassificationHead
 from tokformer.tokenizers import TokenizerError, load_tokenizer
 from tokformer.tokenizers.image import ImagePatchTokenizer, resample_grid_table
+from tokformer.tokenizers.image_local import LocalPatchTokenizer
 
 
 def raw(**kwargs) -> ImagePatchTokenizer:
@@ -161,6 +162,23 @@ def test_learned_table_is_interpolated_for_other_grids():
     bigger = resample_grid_table(table, (2, 2), (4, 4), mode="bilinear").reshape(4, 4)
     assert bigger[0, 0] < bigger[0, 3] < bigger[3, 3]  # keeps the layout: increases right and down
     assert bigger.mean().item() == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("kind", [ImagePatchTokenizer, LocalPatchTokenizer])
+def test_position_std_draws_the_learned_table_at_that_scale_and_every_other_weight_as_before(kind) -> None:
+    tok = kind(patch_size=4, image_size=32, position="learned")  # 64 cells + the class token's row
+
+    def built(**kwargs) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        return tok.build_embedder(64, **kwargs).state_dict()
+
+    timm_init, wide = built(), built(position_std=1.0)
+    assert timm_init["pos_embed"].std().item() == pytest.approx(0.02, rel=0.05)  # timm's default, kept
+    assert wide["pos_embed"].std().item() == pytest.approx(1.0, rel=0.05)
+    assert wide.keys() == timm_init.keys()
+    assert all(torch.equal(wide[k], timm_init[k]) for k in wide if k != "pos_embed")  # only the table differs
+    no_table = kind(patch_size=4, image_size=32).build_embedder(64, position_std=1.0)
+    assert no_table.pos_embed is None  # sin/cos: nothing to draw
 
 
 def test_save_and_load_round_trip(tmp_path):

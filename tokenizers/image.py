@@ -127,6 +127,11 @@ class PatchEmbedder(nn.Module):
         dropout: dropout on the output tokens (timm's ``pos_drop``).
         proj: the patch projection, ``[..., in_features] -> [..., d_model]``; default a
             linear layer (timm's ``patch_embed.proj``). A per-patch CNN makes the local tokenizer.
+        position_std: learned only: entries drawn from a normal of this std in place of timm's
+            truncated normal at 0.02, for a table that must be as long as the tokens from the first
+            step (a from-scratch model whose position decides the task; the birds experiment measured
+            it). Drawn over timm's draw, which is kept so that seeded runs made before this option
+            (which redrew the table after building it) reproduce.
     """
 
     def __init__(
@@ -141,6 +146,7 @@ class PatchEmbedder(nn.Module):
         interpolation: str = "bicubic",
         dropout: float = 0.0,
         proj: nn.Module | None = None,
+        position_std: float | None = None,
     ) -> None:
         super().__init__()
         self.grid_size = grid_size
@@ -156,6 +162,8 @@ class PatchEmbedder(nn.Module):
         if position == "learned":
             n_pos = grid_size[0] * grid_size[1] + int(self.cls_has_pos)
             self.pos_embed = nn.Parameter(nn.init.trunc_normal_(torch.empty(1, n_pos, d_model), std=0.02))
+            if position_std is not None:
+                nn.init.normal_(self.pos_embed, std=position_std)
 
     def no_weight_decay(self) -> list[str]:
         """Class token and position table: decaying them toward zero only erases information."""
@@ -316,10 +324,13 @@ class ImagePatchTokenizer(Tokenizer):
             "interpolation": self.interpolation,
         }
 
-    def build_embedder(self, d_model: int, *, dropout: float = 0.0) -> PatchEmbedder:
-        return self._embedder(d_model, dropout, proj=None)
+    def build_embedder(self, d_model: int, *, dropout: float = 0.0,
+                       position_std: float | None = None) -> PatchEmbedder:
+        """The embedder of these tokens; ``position_std``: :class:`PatchEmbedder`'s."""
+        return self._embedder(d_model, dropout, proj=None, position_std=position_std)
 
-    def _embedder(self, d_model: int, dropout: float, proj: nn.Module | None) -> PatchEmbedder:
+    def _embedder(self, d_model: int, dropout: float, proj: nn.Module | None,
+                  position_std: float | None) -> PatchEmbedder:
         """The embedder around ``proj`` (None: linear), after checking ``d_model`` suits the positions."""
         if self.position == "sincos" and d_model % 4:
             raise TokenizerError(f"2-D sin/cos positions need d_model divisible by 4, got {d_model}")
@@ -333,6 +344,7 @@ class ImagePatchTokenizer(Tokenizer):
             interpolation=self.interpolation,
             dropout=dropout,
             proj=proj,
+            position_std=position_std,
         )
 
     # -- preprocessing ---------------------------------------------------------------

@@ -99,6 +99,7 @@ class LocalPatchTokenizer(ImagePatchTokenizer):
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "cnn_width": self.cnn_width, "cnn_depth": self.cnn_depth}
 
-    def build_embedder(self, d_model: int, *, dropout: float = 0.0) -> PatchEmbedder:
+    def build_embedder(self, d_model: int, *, dropout: float = 0.0,
+                       position_std: float | None = None) -> PatchEmbedder:
         cnn = PatchCNN(self.channels, self.patch_size, d_model, width=self.cnn_width, depth=self.cnn_depth)
-        return self._embedder(d_model, dropout, proj=cnn)
+        return self._embedder(d_model, dropout, proj=cnn, position_std=position_std)

@@ -176,12 +176,10 @@ def token_embedder(tokenizer: ImagePatchTokenizer, d_model: int, norm: str) -> P
     """
     if norm not in TOKEN_NORMS:
         raise ValueError(f"token_norm must be one of {', '.join(TOKEN_NORMS)}; got {norm!r}")
-    embedder = tokenizer.build_embedder(d_model)
+    embedder = tokenizer.build_embedder(d_model, position_std=LEARNED_POSITION_STD)
     if norm != "none":
         layer_norm = nn.LayerNorm(d_model, elementwise_affine=norm == "affine")
         embedder.proj = nn.Sequential(embedder.proj, layer_norm)  # [..., features] -> [..., d]
-    if embedder.pos_embed is not None:
-        nn.init.normal_(embedder.pos_embed, std=LEARNED_POSITION_STD)
     return embedder
 
 
