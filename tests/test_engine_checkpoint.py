@@ -1,7 +1,9 @@
 """Checkpoints: no pickle, atomic directories, retention, RNG round trips."""
 
 import json
+import os
 import random
+import stat
 
 import numpy as np
 import pytest
@@ -90,6 +92,18 @@ def test_shared_tensors_are_saved_once_and_restored_under_every_name(tmp_path):
     restored.load_state_dict(checkpoints.load_model_state(path))  # strict: both names present
     assert torch.equal(restored["head"].weight, embedding.weight)
     assert torch.equal(restored["embedding"].weight, embedding.weight)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_an_atomic_text_write_gets_the_permissions_a_plain_write_would(tmp_path, umask) -> None:
+    previous = os.umask(umask)
+    try:
+        atomic.write_text_atomic(tmp_path / "out.txt", "text\n")
+        (tmp_path / "plain.txt").write_text("text\n")
+    finally:
+        os.umask(previous)
+    mode = lambda name: stat.S_IMODE((tmp_path / name).stat().st_mode)
+    assert mode("out.txt") == mode("plain.txt") == 0o666 & ~umask  # mkstemp alone would give 0o600
 
 
 def test_atomic_text_write_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypatch):

@@ -43,9 +43,11 @@ def fsync_tree(root: Path) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file, fsync and rename: a crash leaves the old
-    file or the new one, never half of one."""
+    file or the new one, never half of one. The file gets the permissions a plain write would give it
+    (``mkstemp`` makes owner-only ones)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -65,12 +67,18 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def shareable(folder: Path) -> None:
     """Give ``folder`` and its files the user's usual permissions: ``mkdtemp`` and safetensors create
     owner-only ones, and a folder that leaves tokformer (a model folder, shards) is meant to be handed on."""
-    umask = os.umask(0)
-    os.umask(umask)
+    umask = _umask()
     for directory, _, names in os.walk(folder):
         os.chmod(directory, 0o777 & ~umask)
         for name in names:
             os.chmod(Path(directory) / name, 0o666 & ~umask)
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it: set back at once)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 @contextlib.contextmanager
