@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,18 @@ def test_a_resumed_first_seed_model_is_the_one_that_was_trained(tmp_path: Path) 
     resumed = experiment.run_sweep(one, out=out).models[("mlp", "count")]
     for (name, a), b in zip(trained.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_a_sweeps_saved_models_get_the_permissions_a_plain_write_would(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    previous = os.umask(0o022)
+    try:
+        experiment.run_sweep(BirdsConfig(**{**SWEEP.__dict__, "models": ("mlp",), "seeds": (0,)}), out=out)
+    finally:
+        os.umask(previous)
+    saved = sorted((out / experiment.MODELS_DIR).iterdir())
+    assert saved, "the sweep saves its first seed's models"
+    assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in saved} == {oct(0o644)}  # safetensors alone: 0o600
 
 
 def test_a_sweep_never_writes_into_a_folder_it_did_not_make(tmp_path: Path) -> None:

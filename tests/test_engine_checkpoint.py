@@ -8,7 +8,7 @@ import stat
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from tokformer.engine.rng import rng_state, set_rng_state
 from tokformer.errors import ConfigError
@@ -92,6 +92,18 @@ def test_shared_tensors_are_saved_once_and_restored_under_every_name(tmp_path):
     restored.load_state_dict(checkpoints.load_model_state(path))  # strict: both names present
     assert torch.equal(restored["head"].weight, embedding.weight)
     assert torch.equal(restored["embedding"].weight, embedding.weight)
+
+
+def test_a_published_checkpoint_gets_the_permissions_a_plain_mkdir_and_write_would(tmp_path) -> None:
+    previous = os.umask(0o022)
+    try:
+        tmp = steps.temp_step_dir(tmp_path, 7)
+        save_file({"w": torch.zeros(2)}, str(tmp / "model.safetensors"))  # safetensors writes it owner-only
+        final = steps.publish(tmp, tmp_path, 7)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(final.stat().st_mode) == 0o755  # mkdtemp alone: 0o700
+    assert stat.S_IMODE((final / "model.safetensors").stat().st_mode) == 0o644
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077])

@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from tokformer.engine import LOGGER, load_run, progress, read_metrics, train
+from tokformer.engine import LOGGER, load_run, progress, read_metrics, train, usual_permissions
 from tokformer.errors import UsageError
 from tokformer.machine import snapshot
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
@@ -256,10 +256,11 @@ def _model_path(out: Path, name: str, task: str) -> Path:
 
 def _write_whole(path: Path, write: Callable[[Path], None]) -> None:
     """``write`` into a temporary file beside ``path``, then rename it into place: ``path`` appears whole
-    or not at all (the engine's atomic writers live in the store, a layer above tasks)."""
+    or not at all, readable as a plain write would leave it (safetensors writes owner-only files)."""
     path.parent.mkdir(exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
+    usual_permissions(tmp)
     os.replace(tmp, path)
 
 

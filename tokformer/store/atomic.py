@@ -47,7 +47,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     (``mkstemp`` makes owner-only ones)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        usual_permissions(Path(tmp))
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -67,18 +67,18 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def shareable(folder: Path) -> None:
     """Give ``folder`` and its files the user's usual permissions: ``mkdtemp`` and safetensors create
     owner-only ones, and a folder that leaves tokformer (a model folder, shards) is meant to be handed on."""
-    umask = _umask()
     for directory, _, names in os.walk(folder):
-        os.chmod(directory, 0o777 & ~umask)
+        usual_permissions(Path(directory))
         for name in names:
-            os.chmod(Path(directory) / name, 0o666 & ~umask)
+            usual_permissions(Path(directory) / name)
 
 
-def _umask() -> int:
-    """The process's umask (reading it means setting it: set back at once)."""
-    umask = os.umask(0)
+def usual_permissions(path: Path) -> None:
+    """Give ``path`` the permissions a plain ``open(..., "w")`` or ``mkdir`` would: ``mkstemp``, ``mkdtemp``
+    and safetensors make owner-only ones, which other users of a shared folder cannot read."""
+    umask = os.umask(0)  # reading the umask means setting it: set back at once
     os.umask(umask)
-    return umask
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 @contextlib.contextmanager

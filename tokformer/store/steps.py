@@ -17,7 +17,7 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 from tokformer.errors import CheckpointError
-from tokformer.store.atomic import fsync_dir
+from tokformer.store.atomic import fsync_dir, shareable
 
 CHECKPOINTS = "checkpoints"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -46,7 +46,9 @@ def temp_step_dir(run_dir: Path, step: int) -> Path:
 
 
 def publish(tmp: Path, run_dir: Path, step: int) -> Path:
-    """Rename the finished ``tmp`` into place as the checkpoint of ``step`` and fsync the parent."""
+    """Rename the finished ``tmp`` into place as the checkpoint of ``step`` and fsync the parent; it gets the
+    user's usual permissions (``mkdtemp`` made it owner-only), so a colleague can resume or evaluate it."""
+    shareable(tmp)
     final = step_dir(run_dir, step)
     if final.exists():  # re-saving a step (e.g. interrupted right after a save)
         shutil.rmtree(final)
