@@ -82,10 +82,11 @@ def run(seed: int) -> dict:
 
 
 def calibration_runs(model: str) -> list[float]:
-    """``model``'s validation accuracies at lr :data:`LR` and the sweep's budget in the calibration's
-    results, in seed order."""
-    rows = [r for r in read_jsonl(CALIBRATION) if (r["model"], r["lr"], r["steps"], r["task"]) ==
-            (model, LR, BirdsConfig().steps, "compare") and r.get("token_norm") == BirdsConfig().token_norm]
+    """``model``'s validation accuracies at lr :data:`LR`, the warmup and budget :func:`run` trains with, in
+    the calibration's results, in seed order."""
+    cfg = BirdsConfig()
+    rows = [r for r in read_jsonl(CALIBRATION) if (r["model"], r["lr"], r["warmup"], r["steps"], r["task"]) ==
+            (model, LR, cfg.warmup, cfg.steps, "compare") and r.get("token_norm") == cfg.token_norm]
     return [r["val_accuracy"] for r in sorted(rows, key=lambda r: r["seed"])]
 
 
