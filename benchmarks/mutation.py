@@ -120,6 +120,7 @@ MODULES: dict[str, Module] = {
                           "answer holds"),
     "files": _m("tokformer/files.py",
                 "tests/test_plugins.py tests/test_hostile_inputs.py tests/test_mutation_files*.py"),
+    "atomic": _m("tokformer/store/atomic.py", "tests/test_engine_checkpoint.py tests/test_mutation_atomic*.py"),
 }
 
 INTRO = (
@@ -369,6 +370,19 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
                                              "a start of None counts from the first byte, as 0 does"),
     "tokformer.files.x_not_utf8__mutmut_19": ('column = start - (text.rfind(b"\\n", None, start) + 1) + 1',
                                               "a start of None searches from the first byte, as 0 does"),
+    # atomic
+    "tokformer.store.atomic.x_fsync_file__mutmut_4": (
+        "with open(path, ) as f:",
+        "Linux and macOS fsync a file through a read-only descriptor too; rb+ is for platforms whose fsync "
+        "needs write access (Windows' _commit)"),
+    "tokformer.store.atomic.x_fsync_tree__mutmut_2": (
+        "for directory, _, names in os.walk(root, topdown=None):",
+        "os.walk reads topdown as a truth value: None walks as False does"),
+    "tokformer.store.atomic.x_write_text_atomic__mutmut_17": (
+        'with os.fdopen(fd, "w", encoding="UTF-8") as f:', "codec names are looked up case-insensitively"),
+    "tokformer.store.atomic.x_usual_permissions__mutmut_3": (
+        "umask = os.umask(1)  # reading the umask means setting it: set back at once",
+        "the umask set here is never used: it is set back on the next line, before anything is created"),
     # masks
     "tokformer.masks.x_rows_with_keys__mutmut_8":
         ('keeps = mask if mask.dtype == torch.bool else mask > float("-INF")', _INF),

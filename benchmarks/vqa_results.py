@@ -4,9 +4,12 @@ Per seed: the train command's wall time and peak memory (its own process), examp
 per second; ``tokformer evaluate RUN --checkpoint latest --json`` on the held-out split (the last
 checkpoint: the run's "best" one is chosen on this very split) (exact match overall, per
 question type, on the held-out phrasings and (type, quadrant) combinations and on the rest,
-beside the question-only and most-frequent baselines); and, on the same held-out scenes, the
+beside the question-only and most-frequent baselines); and, on the first held-out scenes, the
 attention of the answer's first token on the asked-about birds against their token share, per
-layer (the best head, and the heads' mean). Then the issue's targets, each met or missed.
+layer (the best head, and the heads' mean), and a paired test of reading the question: the
+questions asked in trained phrasings and combinations, scored as asked and asked again in
+phrasings made only of trained words (``vqa_data.REWORDED``), same pictures and answers. Then the
+issue's targets, each met or missed.
 
     python benchmarks/vqa_results.py                # seeds 0 1 2 + image-only seed 0: about 40 min, alone
     python benchmarks/vqa_results.py --report       # re-render vqa.md from vqa.jsonl
@@ -100,9 +103,39 @@ for quadrant in range(4):  # a 7-way logistic regression per quadrant's token, s
     lbfgs.step(closure)
     probe.append(float(((t @ w + b).argmax(-1) == test_y[:, quadrant]).float().mean()))
 majority = float(np.mean([(test_y[:, q] == torch.mode(fit_y[:, q]).values).float().mean() for q in range(4)]))
+
+import itertools
+from tokformer.tasks.vqa import Example
+from tokformer.tasks.vqa_data import HELD_OUT_COMBOS, PHRASINGS, QUADRANT_WORDS, QUESTION_TYPES, reworded
+asked = np.flatnonzero(~(data.held_out_phrasing | data.held_out_combo))  # phrasings and combinations trained on
+
+
+@torch.no_grad()
+def exact(questions):  # [len(asked)] bool: each answer right, as `tokformer evaluate` scores it
+    out = []
+    for i in range(0, len(asked), 100):
+        rows = asked[i:i + 100]
+        batch = task.collate([Example(images[j], questions[j], data.answers[j]) for j in rows], False)
+        out.append(task.step(model, batch).outputs)
+    return torch.cat(out).numpy()
+
+
+as_asked, as_reworded = exact(data.questions), exact(reworded(data))
+kinds = np.array(data.kinds)[asked]
+text = task.text_tokenizer()
+fill = lambda p, q: p.format(**dict(zip("ab", (QUADRANT_WORDS[x] for x in q))))
+combos = [(), *((q,) for q in range(4)), *itertools.combinations(range(4), 2)]
+trained_tokens = {t for kind, phrasings in PHRASINGS.items() for p in phrasings[:-1] for q in combos
+                  if p.count("{") == len(q) and (kind, q) not in HELD_OUT_COMBOS for t in text.encode(fill(p, q))}
 print(json.dumps({"share_best_head": share.max(axis=1).tolist(), "share_mean_head": share.mean(axis=1).tolist(),
                   "tokens_per_example": float(image_tokens + tokens + answer_tokens),
-                  "probe_content": float(np.mean(probe)), "probe_majority": majority}))
+                  "probe_content": float(np.mean(probe)), "probe_majority": majority,
+                  "paired": {"asked": len(asked), "as_asked": float(as_asked.mean()),
+                             "reworded": float(as_reworded.mean()),
+                             **{f"as_asked_{k}": float(as_asked[kinds == k].mean()) for k in QUESTION_TYPES},
+                             **{f"reworded_{k}": float(as_reworded[kinds == k].mean()) for k in QUESTION_TYPES},
+                             "new_tokens": sum(t not in trained_tokens for q in reworded(data)
+                                               for t in text.encode(q))}}))
 """
 
 
@@ -168,7 +201,7 @@ def measure(seed: int, workdir: Path, machine: Machine, options: dict) -> dict:
             "attention_share_best_head": attention["share_best_head"],
             "attention_share_mean_head": attention["share_mean_head"],
             "probe_content": attention["probe_content"], "probe_majority": attention["probe_majority"],
-            "machine": machine.line(f"{trained['threads']} torch thread(s)"),
+            "paired": attention["paired"], "machine": machine.line(f"{trained['threads']} torch thread(s)"),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
@@ -194,6 +227,7 @@ def render(rows: list[dict]) -> str:
     chosen = json.loads(options.pop())
     cell = lambda get, digits=3: over_seeds([get(r) for r in rows], digits)  # noqa: E731
     metric = lambda name: (lambda r: r["metrics"][name])  # noqa: E731
+    paired = lambda name: (lambda r: r["paired"][name])  # noqa: E731
     pictured = [r for r in rows if "image_only" in r]
     table = markdown_table(["measure", f"mean ± sample std (per seed: {seeds})"], [
         ["exact match, all held-out questions", cell(metric("exact"))],
@@ -203,6 +237,12 @@ def render(rows: list[dict]) -> str:
           for kind in TYPES],
         ["exact match, held-out phrasings", cell(metric("exact_held_phrasing"))],
         ["exact match, held-out (type, quadrant) combinations", cell(metric("exact_held_combo"))],
+        ["the same pictures and answers, trained phrasings and combinations of the first "
+         f"{ATTENTION_EXAMPLES} held-out scenes: exact match as asked", cell(paired("as_asked"))],
+        ["the same, reworded in trained words only (`REWORDED`, never trained on)", cell(paired("reworded"))],
+        *[[f"{kind}: as asked; reworded", f"{cell(paired(f'as_asked_{kind}'))}; {cell(paired(f'reworded_{kind}'))}"]
+          for kind in TYPES],
+        ["BPE tokens of the reworded questions no trained question holds", cell(paired("new_tokens"), 0)],
         ["baseline: the question alone", cell(lambda r: r["baselines"][BLIND]["exact"])],
         ["baseline: the most frequent answer", cell(lambda r: r["baselines"]["most frequent answer"]["exact"])],
         *([[f"baseline: the picture alone (the same model and budget trained without the questions; "
@@ -223,6 +263,7 @@ def render(rows: list[dict]) -> str:
         ["training tokens / s (picture + question + answer)", cell(lambda r: r["tokens_per_s"], 0)],
     ])
     m = lambda name: mean(rows, metric(name))  # noqa: E731
+    p = lambda name: mean(rows, paired(name))  # noqa: E731
     blind = mean(rows, lambda r: r["baselines"][BLIND]["exact"])
     best_share = max(mean(rows, lambda r, i=i: r["attention_share_best_head"][i])
                      for i in range(len(rows[0]["attention_share_best_head"])))
@@ -238,6 +279,8 @@ def render(rows: list[dict]) -> str:
         ("overall >= question-only baseline + 0.30", m("exact") >= blind + 0.30, f"{m('exact'):.3f} vs {blind:.3f}"),
         ("held-out phrasings within 0.05 of seen", abs(m("exact_held_phrasing") - m("exact_seen")) <= 0.05,
          f"{m('exact_held_phrasing'):.3f} vs {m('exact_seen'):.3f}"),
+        ("the same, phrasings of trained words only (same pictures, reworded)",
+         abs(p("reworded") - p("as_asked")) <= 0.05, f"{p('reworded'):.3f} vs {p('as_asked'):.3f}"),
         ("held-out combinations within 0.05 of seen", abs(m("exact_held_combo") - m("exact_seen")) <= 0.05,
          f"{m('exact_held_combo'):.3f} vs {m('exact_seen'):.3f}"),
         ("attention on the asked-about bird(s) >= 3x their token share in some layer", best_share >= 3.0,

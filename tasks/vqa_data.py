@@ -18,8 +18,9 @@ Does a model read the question, or memorise templates? Each type has several phr
 last of which never appears in training, and some (type, quadrants) combinations never appear
 in training either (:data:`HELD_OUT_COMBOS`, e.g. comparing the top-left and bottom-right birds,
 though both quadrants are asked about in other ways); evaluation splits hold every phrasing and
-combination, and :class:`BirdQuestions` says which examples are held out. Everything is a pure
-function of the seed, split and chunk (independent streams, as in the birds experiment).
+combination, and :class:`BirdQuestions` says which examples are held out. :func:`reworded` asks a
+split's questions again in phrasings made only of trained words (:data:`REWORDED`). Everything is a
+pure function of the seed, split and chunk (independent streams, as in the birds experiment).
 """
 
 from __future__ import annotations
@@ -66,6 +67,17 @@ PHRASINGS: dict[str, tuple[str, ...]] = {
              "is the {a} bird the same kind as the {b} bird?", "same species in the {a} and the {b}?"),
     "facing": ("which way does the bird at the {a} face?", "is the {a} bird facing left or right?",
                "where does the {a} bird look?", "which direction is the bird in the {a} facing?"),
+}
+#: One more phrasing of each type, never asked in training and not drawn in any split, made only of
+#: words the trained phrasings use, in an order none of them has. Most held-out phrasings above hold
+#: a word no training question has, which a model learnt from scratch cannot know; asked in these
+#: instead (:func:`reworded`), the same pictures measure whether it reads a question or matches a template.
+REWORDED: dict[str, str] = {
+    "count": "count the birds in the picture.",
+    "presence": "is there a bird in the {a} quadrant?",
+    "species": "what species is the {a} bird?",
+    "same": "are the {a} and {b} birds the same species?",
+    "facing": "which way is the {a} bird facing?",
 }
 #: (type, quadrants) never asked in training; each quadrant is still asked about in other ways there.
 HELD_OUT_COMBOS: frozenset[tuple[str, tuple[int, ...]]] = frozenset({
@@ -188,9 +200,19 @@ def _occupy(rng: np.random.Generator, occupied: np.ndarray, inside: tuple[int, .
     occupied[list(inside) + free[: birds - len(inside)]] = True
 
 
+def reworded(data: BirdQuestions) -> list[str]:
+    """Each question of ``data`` asked in its type's :data:`REWORDED` phrasing, about the same quadrants:
+    the same picture and answer, only the wording changes (a paired test of reading the question)."""
+    return [_fill(REWORDED[kind], quadrants) for kind, quadrants in zip(data.kinds, data.quadrants, strict=True)]
+
+
 def _phrase(kind: str, quadrants: tuple[int, ...], phrasing: int) -> str:
+    return _fill(PHRASINGS[kind][phrasing], quadrants)
+
+
+def _fill(phrasing: str, quadrants: tuple[int, ...]) -> str:
     words = [QUADRANT_WORDS[q] for q in quadrants]
-    return PHRASINGS[kind][phrasing].format(**dict(zip("ab", words, strict=False)))
+    return phrasing.format(**dict(zip("ab", words, strict=False)))
 
 
 

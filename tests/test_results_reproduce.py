@@ -206,7 +206,23 @@ def _vqa_row(seed: int = 0, exact: float = 0.5, **changes) -> dict:
             "metrics": {"exact": exact, **{f"exact_{name}": exact for name in names}},
             "baselines": {vqa_results.BLIND: {"exact": 0.3}, "most frequent answer": {"exact": 0.2}},
             "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "probe_content": 1.0,
-            "probe_majority": 0.5, "machine": "Machine: x; run y"} | changes
+            "probe_majority": 0.5, "machine": "Machine: x; run y",
+            "paired": {"asked": 10, "as_asked": exact, "reworded": exact, "new_tokens": 0,
+                       **{f"{way}_{k}": exact for way in ("as_asked", "reworded") for k in vqa_results.TYPES}}
+            } | changes
+
+
+def test_the_reworded_target_compares_the_same_questions_as_asked_and_reworded() -> None:
+    """The paired target reads the paired scores (not the held-out phrasings' or the seen split's), and a
+    gap over 0.05 misses it."""
+    import vqa_results
+
+    paired = _vqa_row()["paired"]
+    target = "| the same, phrasings of trained words only (same pictures, reworded) |"
+    near = vqa_results.render([_vqa_row(paired=paired | {"as_asked": 0.9, "reworded": 0.86})]).splitlines()
+    assert f"{target} met | 0.860 vs 0.900 |" in near
+    far = vqa_results.render([_vqa_row(paired=paired | {"as_asked": 0.9, "reworded": 0.8})]).splitlines()
+    assert f"{target} **missed** | 0.800 vs 0.900 |" in far
 
 
 def test_a_vqa_cell_is_the_mean_and_sample_std_of_its_seeds() -> None:
@@ -285,7 +301,8 @@ def test_every_mean_and_std_docs_birds_quotes_is_in_a_results_file_it_links() ->
     assert not missing, f"quoted in docs/birds.md but in no results file: {missing}"
 
 
-@pytest.mark.parametrize("script", ["vqa_calibration", "birds_quadrant_tokens", "birds_positions"])
+@pytest.mark.parametrize("script", ["vqa_calibration", "birds_quadrant_tokens", "birds_positions",
+                                    "vqa_reworded_answers"])
 def test_a_probe_table_is_rendered_from_its_runs(script: str) -> None:
     """The calibration and probe tables the guides cite are what their scripts render from the committed runs."""
     module = __import__(script)

@@ -22,8 +22,10 @@ from tokformer.tasks.vqa_data import (
     PHRASINGS,
     QUADRANT_WORDS,
     QUESTION_TYPES,
+    REWORDED,
     BirdQuestions,
     bird_questions,
+    reworded,
 )
 
 
@@ -100,11 +102,35 @@ def test_training_never_asks_a_held_out_phrasing_or_combination(train_split, tes
 def test_only_the_held_out_comparison_phrasing_is_made_of_trained_words() -> None:
     """docs/vqa.md says which held-out phrasings hold words no training question has: the score on them
     measures English a model trained from scratch never saw, as well as whether it reads the question."""
-    words = lambda phrasing: set(re.findall(r"[a-z]+", phrasing.replace("{a}", "").replace("{b}", "")))
-    trained = set().union(*(words(p) for phrasings in PHRASINGS.values() for p in phrasings[:-1]))
-    new = {kind: words(phrasings[-1]) - trained for kind, phrasings in PHRASINGS.items()}
+    trained = {w for phrasings in PHRASINGS.values() for p in phrasings[:-1] for w in _words(p)}
+    new = {kind: set(_words(phrasings[-1])) - trained for kind, phrasings in PHRASINGS.items()}
     assert new == {"count": {"number", "of"}, "presence": {"sitting"}, "species": {"of", "sits"}, "same": set(),
                    "facing": {"direction"}}
+
+
+def _words(phrasing: str) -> list[str]:
+    return re.findall(r"[a-z]+", phrasing.replace("{a}", "").replace("{b}", ""))
+
+
+def test_the_reworded_phrasings_are_new_arrangements_of_trained_words_only() -> None:
+    """A reworded phrasing holds no word the trained phrasings lack, yet its words come in an order no
+    phrasing of its type has (so it is no template the model could have memorised)."""
+    trained = {w for phrasings in PHRASINGS.values() for p in phrasings[:-1] for w in _words(p)}
+    for kind, phrasing in REWORDED.items():
+        assert set(_words(phrasing)) <= trained, kind
+        assert _words(phrasing) not in [_words(p) for p in PHRASINGS[kind]], kind
+        assert phrasing.count("{a}") == (kind != "count") and phrasing.count("{b}") == (kind == "same")
+    assert set(REWORDED) == set(QUESTION_TYPES)
+
+
+def test_rewording_a_split_keeps_its_pictures_answers_and_quadrants(test_split) -> None:
+    before = list(test_split.questions)
+    questions = reworded(test_split)
+    assert test_split.questions == before and len(questions) == len(test_split)
+    for question, kind, quadrants in zip(questions, test_split.kinds, test_split.quadrants, strict=True):
+        names = dict(zip("ab", (QUADRANT_WORDS[q] for q in quadrants), strict=False))
+        assert question == REWORDED[kind].format(**names)
+        assert question not in {p.format(**names) for p in PHRASINGS[kind]}
 
 
 def test_no_question_predicts_its_answer(train_split, test_split) -> None:

@@ -1,0 +1,184 @@
+"""Atomic writes (tokformer/store/atomic.py), unit by unit: what each write makes durable, in which
+order, and what a failure leaves. Written to kill the mutants that the tests through the callers
+(checkpoints, model folders, exports) let live: those see the finished folder, never the fsyncs
+before its rename nor the clean-up after a failure."""
+
+from __future__ import annotations
+
+import json
+import locale
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tokformer.store import atomic
+
+
+@pytest.fixture
+def durable(monkeypatch) -> list[tuple[str, str]]:
+    """The fsyncs and renames of the test, in order: ``("fsync", path)`` and ``("replace", target)``."""
+    events: list[tuple[str, str]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def recorded_fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def recorded_replace(src, dst) -> None:
+        replace(src, dst)
+        events.append(("replace", str(Path(dst).resolve())))
+
+    monkeypatch.setattr(atomic.os, "fsync", recorded_fsync)
+    monkeypatch.setattr(atomic.os, "replace", recorded_replace)
+    return events
+
+
+@pytest.fixture
+def umask_022():
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_text_write_syncs_the_file_before_the_rename_and_the_folder_after(tmp_path, durable) -> None:
+    target = tmp_path / "out.txt"
+    atomic.write_text_atomic(target, "héllo\n")
+    assert target.read_bytes() == "héllo\n".encode()
+    (kind, synced), replaced, folder = durable
+    assert kind == "fsync" and Path(synced).name.startswith(".out.txt.")  # the temporary, before the rename
+    assert Path(synced).parent == tmp_path.resolve()  # beside the target: a rename across file systems fails
+    assert replaced == ("replace", str(target.resolve()))
+    assert folder == ("fsync", str(tmp_path.resolve()))
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_a_text_write_is_utf_8_whatever_the_locale(tmp_path) -> None:
+    """Under the C locale Python's default text encoding is ASCII: a plain write of "é" fails there."""
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        assert locale.getpreferredencoding(False).lower() not in ("utf-8", "utf8")  # the test means something here
+        atomic.write_text_atomic(tmp_path / "out.txt", "héllo")
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
+    assert (tmp_path / "out.txt").read_bytes() == "héllo".encode()
+
+
+def test_an_interrupt_just_after_the_rename_surfaces_as_itself(tmp_path, monkeypatch) -> None:
+    """The clean-up of a failed write must not fail in turn when the temporary is already renamed."""
+    replace = os.replace
+
+    def renamed_then_interrupted(src, dst) -> None:
+        replace(src, dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.os, "replace", renamed_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.write_text_atomic(tmp_path / "out.txt", "new")
+    assert (tmp_path / "out.txt").read_text() == "new" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_json_write_is_the_indented_dump(tmp_path) -> None:
+    data = {"b": [1, 2], "a": {"x": None}}
+    atomic.write_json_atomic(tmp_path / "d.json", data)
+    assert (tmp_path / "d.json").read_text(encoding="utf-8") == json.dumps(data, indent=2)
+
+
+def test_a_failed_text_write_leaves_no_temporary_and_reraises(tmp_path, monkeypatch) -> None:
+    def refused(src, dst) -> None:
+        raise PermissionError("refused")
+
+    monkeypatch.setattr(atomic.os, "replace", refused)
+    with pytest.raises(PermissionError, match="refused"):
+        atomic.write_text_atomic(tmp_path / "out.txt", "x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fsync_tree_syncs_every_file_and_folder_below_the_root_and_the_root(tmp_path, durable) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    for name in ("top.txt", "a/one.txt", "a/b/two.txt"):
+        (tmp_path / name).write_text(name)
+    atomic.fsync_tree(tmp_path)
+    synced = [path for kind, path in durable if kind == "fsync"]
+    expected = {tmp_path / "top.txt", tmp_path / "a/one.txt", tmp_path / "a/b/two.txt",
+                tmp_path, tmp_path / "a", tmp_path / "a/b"}
+    assert sorted(synced) == sorted(str(p.resolve()) for p in expected)
+    # bottom up: a folder after its files and sub-folders, the root last
+    assert synced[-1] == str(tmp_path.resolve())
+    assert synced.index(str((tmp_path / "a").resolve())) > synced.index(str((tmp_path / "a/b").resolve()))
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_usual_permissions_are_a_plain_write_s_and_the_umask_is_left_as_it_was(tmp_path, umask) -> None:
+    (tmp_path / "d").mkdir(mode=0o700)
+    (tmp_path / "f").write_text("x")
+    os.chmod(tmp_path / "f", 0o600)
+    previous = os.umask(umask)
+    try:
+        atomic.usual_permissions(tmp_path / "d")
+        atomic.usual_permissions(tmp_path / "f")
+        assert os.umask(umask) == umask
+    finally:
+        os.umask(previous)
+    assert _mode(tmp_path / "d") == 0o777 & ~umask
+    assert _mode(tmp_path / "f") == 0o666 & ~umask
+
+
+def test_shareable_opens_every_folder_and_file_below_it(tmp_path, umask_022) -> None:
+    (tmp_path / "out" / "sub").mkdir(parents=True)
+    for path in (tmp_path / "out", tmp_path / "out" / "sub"):
+        os.chmod(path, 0o700)
+    for name in ("out/a", "out/sub/b"):
+        (tmp_path / name).write_text("x")
+        os.chmod(tmp_path / name, 0o600)
+    atomic.shareable(tmp_path / "out")
+    assert [_mode(tmp_path / n) for n in ("out", "out/sub", "out/a", "out/sub/b")] == [0o755, 0o755, 0o644, 0o644]
+
+
+def test_a_staged_folder_appears_whole_synced_and_shareable_after_the_block(tmp_path, durable, umask_022) -> None:
+    out = tmp_path / "new" / "model"  # its parent is made too
+    with atomic.staged_folder(out) as tmp:
+        assert tmp.parent == out.parent and tmp.name.startswith(".model.tmp-") and not out.exists()
+        (tmp / "weights.bin").write_bytes(b"w")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "config.json").write_text("{}")
+    assert (out / "weights.bin").read_bytes() == b"w" and (out / "sub" / "config.json").read_text() == "{}"
+    assert [p.name for p in out.parent.iterdir()] == ["model"]
+    assert [_mode(p) for p in (out, out / "sub", out / "weights.bin")] == [0o755, 0o755, 0o644]
+    rename = durable.index(("replace", str(out.resolve())))
+    before = [path for kind, path in durable[:rename] if kind == "fsync"]
+    assert {Path(p).name for p in before} == {"weights.bin", "config.json", "sub", tmp.name}
+    assert durable[rename + 1:] == [("fsync", str(out.parent.resolve()))]
+
+
+def test_a_staged_folder_may_replace_an_empty_folder_only(tmp_path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with atomic.staged_folder(empty) as tmp:
+        (tmp / "a").write_text("a")
+    assert [p.name for p in empty.iterdir()] == ["a"]
+
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "theirs").write_text("keep")
+    with pytest.raises(OSError), atomic.staged_folder(full) as tmp:
+        (tmp / "a").write_text("a")
+    assert [p.name for p in full.iterdir()] == ["theirs"] and (full / "theirs").read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "full"]  # the temporary is gone
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_an_error_in_the_block_removes_the_staged_folder_and_leaves_the_target_as_it_was(tmp_path, error) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(type(error)), atomic.staged_folder(out) as tmp:
+        (tmp / "half").write_text("half")
+        raise error
+    assert out.is_dir() and list(out.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
