@@ -302,7 +302,7 @@ def test_every_mean_and_std_docs_birds_quotes_is_in_a_results_file_it_links() ->
 
 
 @pytest.mark.parametrize("script", ["vqa_calibration", "birds_quadrant_tokens", "birds_positions",
-                                    "vqa_reworded_answers"])
+                                    "vqa_answer_tally"])
 def test_a_probe_table_is_rendered_from_its_runs(script: str) -> None:
     """The calibration and probe tables the guides cite are what their scripts render from the committed runs."""
     module = __import__(script)
