@@ -51,8 +51,9 @@ for kind in sorted(set(data.kinds)):
 
 # the held-out combinations, asked in trained phrasings, among more held-out scenes (each is about 1
 # question in 25): the evaluation split's first chunks, drawn as `tokformer evaluate` draws them
-combos = {f"{kind} {' & '.join(QUADRANT_WORDS[q] for q in quadrants)}": {"truth": Counter(), "answers": Counter(),
-                                                                         "right": 0, "another_bird": 0}
+named = lambda kind, quadrants: f"{kind} {' & '.join(QUADRANT_WORDS[q] for q in quadrants)}"
+combos = {named(kind, quadrants): {"truth": Counter(), "answers": Counter(), "right": 0,
+                                   **({"another_bird": 0} if kind == "species" else {})}
           for kind, quadrants in sorted(HELD_OUT_COMBOS)}
 for chunk in range(int(sys.argv[3]) // n):
     more = bird_questions(n, task.config.data_seed, "test", size=task.config.image_size, chunk=chunk)
@@ -62,15 +63,12 @@ for chunk in range(int(sys.argv[3]) // n):
     for i in np.flatnonzero(more.held_out_combo & ~more.held_out_phrasing):
         kind, truth = more.kinds[i], more.answers[i]
         answer = task.predict(model, [pictures[i]], prompt=more.questions[i])[0]
-        combo = combos[f"{kind} {' & '.join(QUADRANT_WORDS[q] for q in more.quadrants[i])}"]
+        combo = combos[named(kind, more.quadrants[i])]
         combo["truth"][truth] += 1
         combo["answers"][answer] += 1
         combo["right"] += answer == truth
-        # a wrong species that another bird of the picture has: the wrong quadrant read
-        combo["another_bird"] += answer != truth and answer in {SPECIES[s].name for s in species[i] if s >= 0}
-for name, combo in combos.items():
-    if not name.startswith("species"):
-        del combo["another_bird"]
+        if kind == "species":  # a wrong species that another bird of the picture has: the wrong quadrant read
+            combo["another_bird"] += answer != truth and answer in {SPECIES[s].name for s in species[i] if s >= 0}
 print(json.dumps({"tally": tally, "combos": combos}))
 """
 

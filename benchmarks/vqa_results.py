@@ -104,9 +104,8 @@ for quadrant in range(4):  # a 7-way logistic regression per quadrant's token, s
     probe.append(float(((t @ w + b).argmax(-1) == test_y[:, quadrant]).float().mean()))
 majority = float(np.mean([(test_y[:, q] == torch.mode(fit_y[:, q]).values).float().mean() for q in range(4)]))
 
-import itertools
 from tokformer.tasks.vqa import Example
-from tokformer.tasks.vqa_data import HELD_OUT_COMBOS, PHRASINGS, QUADRANT_WORDS, QUESTION_TYPES, reworded
+from tokformer.tasks.vqa_data import QUESTION_TYPES, reworded, trained_questions
 asked = np.flatnonzero(~(data.held_out_phrasing | data.held_out_combo))  # phrasings and combinations trained on
 
 
@@ -123,10 +122,7 @@ def exact(questions):  # [len(asked)] bool: each answer right, as `tokformer eva
 as_asked, as_reworded = exact(data.questions), exact(reworded(data))
 kinds = np.array(data.kinds)[asked]
 text = task.text_tokenizer()
-fill = lambda p, q: p.format(**dict(zip("ab", (QUADRANT_WORDS[x] for x in q))))
-combos = [(), *((q,) for q in range(4)), *itertools.combinations(range(4), 2)]
-trained_tokens = {t for kind, phrasings in PHRASINGS.items() for p in phrasings[:-1] for q in combos
-                  if p.count("{") == len(q) and (kind, q) not in HELD_OUT_COMBOS for t in text.encode(fill(p, q))}
+trained_tokens = {t for question in trained_questions() for t in text.encode(question)}
 print(json.dumps({"share_best_head": share.max(axis=1).tolist(), "share_mean_head": share.mean(axis=1).tolist(),
                   "tokens_per_example": float(image_tokens + tokens + answer_tokens),
                   "probe_content": float(np.mean(probe)), "probe_majority": majority,

@@ -157,8 +157,7 @@ def _design(kind: str, rng: np.random.Generator, train: bool, occupied: np.ndarr
     """Fill one picture's ``occupied`` (``[4]``, in place; ``species`` too where the question fixes
     it) for a question of ``kind``; return the quadrants asked about and the answer (facing's is
     read from the drawing)."""
-    options = [q for q in (_PAIRS if kind == "same" else [(q,) for q in range(4)])
-               if not (train and (kind, q) in HELD_OUT_COMBOS)]
+    options = _quadrant_options(kind, train)
     asked = options[rng.integers(len(options))] if kind != "count" else ()
     yes = bool(rng.random() < 0.5)
     # 1-4 birds; a comparison, 3-4 (see _compare)
@@ -198,6 +197,22 @@ def _occupy(rng: np.random.Generator, occupied: np.ndarray, inside: tuple[int, .
     the rest in random free quadrants."""
     free = [q for q in rng.permutation(4) if q not in inside and q not in outside]
     occupied[list(inside) + free[: birds - len(inside)]] = True
+
+
+def _quadrant_options(kind: str, train: bool) -> list[tuple[int, ...]]:
+    """What a question of ``kind`` may ask about: nothing (count), a quadrant, or (same) a pair of them;
+    in training, none of :data:`HELD_OUT_COMBOS`."""
+    if kind == "count":
+        return [()]
+    return [q for q in (_PAIRS if kind == "same" else [(q,) for q in range(4)])
+            if not (train and (kind, q) in HELD_OUT_COMBOS)]
+
+
+def trained_questions() -> list[str]:
+    """Every question training can ask: each trained phrasing of each type about every quadrant (or
+    pair) training asks that type about."""
+    return [_phrase(kind, quadrants, phrasing) for kind in QUESTION_TYPES
+            for phrasing in range(len(PHRASINGS[kind]) - 1) for quadrants in _quadrant_options(kind, train=True)]
 
 
 def reworded(data: BirdQuestions) -> list[str]:

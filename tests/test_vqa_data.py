@@ -26,6 +26,7 @@ from tokformer.tasks.vqa_data import (
     BirdQuestions,
     bird_questions,
     reworded,
+    trained_questions,
 )
 
 
@@ -102,25 +103,35 @@ def test_training_never_asks_a_held_out_phrasing_or_combination(train_split, tes
 def test_only_the_held_out_comparison_phrasing_is_made_of_trained_words() -> None:
     """docs/vqa.md says which held-out phrasings hold words no training question has: the score on them
     measures English a model trained from scratch never saw, as well as whether it reads the question."""
-    trained = {w for phrasings in PHRASINGS.values() for p in phrasings[:-1] for w in _words(p)}
-    new = {kind: set(_words(phrasings[-1])) - trained for kind, phrasings in PHRASINGS.items()}
+    new = {kind: set(_words(phrasings[-1])) - _trained_words() for kind, phrasings in PHRASINGS.items()}
     assert new == {"count": {"number", "of"}, "presence": {"sitting"}, "species": {"of", "sits"}, "same": set(),
                    "facing": {"direction"}}
 
 
 def _words(phrasing: str) -> list[str]:
+    """The words of a phrasing, its quadrant slots left out."""
     return re.findall(r"[a-z]+", phrasing.replace("{a}", "").replace("{b}", ""))
+
+
+def _trained_words() -> set[str]:
+    return {w for phrasings in PHRASINGS.values() for p in phrasings[:-1] for w in _words(p)}
 
 
 def test_the_reworded_phrasings_are_new_arrangements_of_trained_words_only() -> None:
     """A reworded phrasing holds no word the trained phrasings lack, yet its words come in an order no
     phrasing of its type has (so it is no template the model could have memorised)."""
-    trained = {w for phrasings in PHRASINGS.values() for p in phrasings[:-1] for w in _words(p)}
     for kind, phrasing in REWORDED.items():
-        assert set(_words(phrasing)) <= trained, kind
+        assert set(_words(phrasing)) <= _trained_words(), kind
         assert _words(phrasing) not in [_words(p) for p in PHRASINGS[kind]], kind
         assert phrasing.count("{a}") == (kind != "count") and phrasing.count("{b}") == (kind == "same")
     assert set(REWORDED) == set(QUESTION_TYPES)
+
+
+def test_the_trained_questions_are_those_training_asks_and_no_held_out_one(train_split, test_split) -> None:
+    trained = trained_questions()
+    assert set(train_split.questions) == set(trained) and len(trained) == len(set(trained))
+    held_out = test_split.held_out_phrasing | test_split.held_out_combo
+    assert {q for q, h in zip(test_split.questions, held_out, strict=True) if h}.isdisjoint(trained)
 
 
 def test_rewording_a_split_keeps_its_pictures_answers_and_quadrants(test_split) -> None:
