@@ -121,6 +121,10 @@ MODULES: dict[str, Module] = {
     "files": _m("tokformer/files.py",
                 "tests/test_plugins.py tests/test_hostile_inputs.py tests/test_mutation_files*.py"),
     "atomic": _m("tokformer/store/atomic.py", "tests/test_engine_checkpoint.py tests/test_mutation_atomic*.py"),
+    "vqa_questions": _m("tasks/vqa_data.py", "tests/test_vqa_data.py",
+                        "x_reworded x__fill x__phrase x__quadrant_options x_trained_questions",
+                        why="the built-in questions' wording: phrasings filled in, reworded, and the questions "
+                            "training can ask"),
 }
 
 INTRO = (
@@ -383,6 +387,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "tokformer.store.atomic.x_usual_permissions__mutmut_3": (
         "umask = os.umask(1)  # reading the umask means setting it: set back at once",
         "the umask set here is never used: it is set back on the next line, before anything is created"),
+    # vqa_questions
+    **{f"tokformer.tasks.vqa_data.x_reworded__mutmut_{n}": (
+        f"return [_fill(REWORDED[kind], quadrants) for kind, quadrants in zip(data.kinds, data.quadrants, {strict})]",
+        "bird_questions builds kinds and quadrants one entry per question: always the same length, so zip's strict "
+        "check never fires")
+       for n, strict in ((7, "strict=None"), (10, ""), (11, "strict=False"))},
+    **{f"tokformer.tasks.vqa_data.x__fill__mutmut_{n}": (
+        f'return phrasing.format(**dict(zip("ab", words, {strict})))', _ZIP_DEFAULT)
+       for n, strict in ((5, "strict=None"), (8, ""))},
     # masks
     "tokformer.masks.x_rows_with_keys__mutmut_8":
         ('keeps = mask if mask.dtype == torch.bool else mask > float("-INF")', _INF),
