@@ -3,10 +3,13 @@
 Run: ``OMP_NUM_THREADS=1 python benchmarks/mutation.py [MODULE ...]`` (default: the modules of
 :data:`DEFAULT`, which fit about 90 minutes on one core; ``--all``: every module of :data:`MODULES`),
 then ``python benchmarks/mutation.py --report`` to write ``benchmarks/results/mutation.md`` from the
-results so far. ``--list`` shows the modules, their files and the test files that guard them;
-``--retest MODULE ...`` reruns only the mutants that survived the last run of those modules (after
-you added a test), and counts the ones it now kills; ``--resume MODULE ...`` goes on with a run that
-was stopped (mutmut keeps every verdict it reached), if the module's source and tests are unchanged.
+results so far: each run leaves its module's summary in ``benchmarks/results/mutation/<module>.json``
+(committed; mutmut's own files stay in the git-ignored ``mutants/``), and the report is rendered from
+those alone, so any clone can regenerate it. ``--list`` shows the modules, their files and the test
+files that guard them; ``--retest MODULE ...`` reruns only the mutants that survived the last run of
+those modules (after you added a test), and counts the ones it now kills; ``--resume MODULE ...``
+goes on with a run that was stopped (mutmut keeps every verdict it reached), if the module's source
+and tests are unchanged.
 
 Why a wrapper and not a bare ``mutmut run``: mutmut 3 (configured in ``pyproject.toml``,
 ``[tool.mutmut]``) imports its mutants from ``mutants/<source path>``, but ``tokenizers/`` and
@@ -53,6 +56,7 @@ from harness import RESULTS, cores, cpu_model, load_average, markdown_table, ver
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "mutants"  # git-ignored
 REPORT = RESULTS / "mutation.md"
+SUMMARIES = RESULTS / "mutation"  # committed: one <module>.json per run module, what REPORT is rendered from
 
 # repo folder -> where it sits once installed (pyproject.toml, [tool.setuptools.package-dir])
 INSTALLED = {"tokenizers": "tokformer/tokenizers", "tasks": "tokformer/tasks"}
@@ -1021,6 +1025,9 @@ def run_module(name: str, names: list[str] | None = None, resume: bool = False) 
                     {"date": previous["date"], "wall_s": earlier_wall, "survived_first": first_survivors}]
     result["diffs"] = diffs_of(root, module, sorted(k for k, s in result["status"].items() if s != KILLED))
     result_path.write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    SUMMARIES.mkdir(exist_ok=True)
+    (SUMMARIES / f"{name}.json").write_text(json.dumps(summarise(name, result), indent=1, ensure_ascii=False) + "\n",
+                                            encoding="utf-8")
     counts = {s: list(result["status"].values()).count(s) for s in sorted(set(result["status"].values()))}
     print(f"{name}: {counts} in {wall:.0f} s", flush=True)
     return result
@@ -1038,6 +1045,40 @@ def retest(name: str) -> dict | None:
         print(f"{name}: nothing survived")
         return result
     return run_module(name, names)
+
+
+# ----------------------------------------------------------------------------- summary (committed)
+
+
+def summarise(name: str, result: dict) -> dict:
+    """What the report needs of one module's runs, committed as ``benchmarks/results/mutation/<name>.json``
+    so that the report can be rendered on any machine (mutmut's own files stay in the git-ignored work
+    folder): the counts, each mutant that was not killed with its status and the lines it changed, the
+    functions whose mutants the new tests killed, and the machine the runs were made on."""
+    status = result["status"]
+    loads = [result["load_before"], result["load_after"]]
+    loads += [load for r in result["retests"] for load in (r["load_before"], r["load_after"])]
+    return {
+        "mutants": len(status),
+        "killed": sum(s == KILLED for s in status.values()),
+        "first_survivors": first_survivors(name, result),
+        "killed_by_new_tests": by_function(result["killed_by_new_tests"]),
+        "survivors": {k: {"status": s, "diff": [x for x in result["diffs"][k].splitlines() if x[:1] in "+-"]}
+                      for k, s in sorted(status.items()) if s != KILLED},
+        "wall_s": result["wall_s"] + sum(r["wall_s"] for r in result["retests"]),
+        "source": result["source"],
+        "tests": result["tests"],
+        "machine": {"cpu": cpu_model(), "cores": cores(), "children": CHILDREN,
+                    "versions": versions(["mutmut", "torch", "pytest", "hypothesis"]), "note": "",
+                    "loads": [x for x in loads if x],
+                    "dates": [result["date"], *(r["date"] for r in result["retests"])]},
+    }
+
+
+def read_summaries() -> dict[str, dict]:
+    """The committed summaries of the modules in :data:`MODULES`, in its order."""
+    paths = {name: SUMMARIES / f"{name}.json" for name in MODULES}
+    return {name: json.loads(p.read_text(encoding="utf-8")) for name, p in paths.items() if p.exists()}
 
 
 # ----------------------------------------------------------------------------- report
@@ -1060,17 +1101,23 @@ def short(key: str) -> str:
     return key.rsplit(".", 1)[-1].replace("ǁ", ".").removeprefix("x_").removeprefix("x.")
 
 
-def function_counts(keys: list[str]) -> str:
-    """``causal_mask`` x4, ``combine_masks`` x3: mutants grouped by function."""
+def by_function(keys: list[str]) -> dict[str, int]:
+    """``{"causal_mask": 4, "combine_masks": 3}``: how many of the mutants ``keys`` mutate each function."""
     counts: dict[str, int] = {}
     for key in keys:
         fn = short(key).rsplit("__mutmut_", 1)[0]
         counts[fn] = counts.get(fn, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def function_counts(counts: dict[str, int]) -> str:
+    """``causal_mask`` x4, ``combine_masks`` x3."""
     return ", ".join(f"`{fn}` x{n}" for fn, n in sorted(counts.items()))
 
 
 def module_section(name: str, module: Module, r: dict, eq: dict[str, str | None], why: dict[str, str | None]) -> str:
-    status = r["status"]
+    """One module's part of the report, from its summary ``r``: its files, tests and each mutant not killed."""
+    status = {k: v["status"] for k, v in r["survivors"].items()}
     lines = [f"### `{name}`: {', '.join(f'`{f}`' for f in module.files)}", ""]
     if module.why:
         lines += [f"In scope: {module.why} ({', '.join(f'`{f}`' for f in module.functions)}).", ""]
@@ -1078,8 +1125,9 @@ def module_section(name: str, module: Module, r: dict, eq: dict[str, str | None]
     if name in NOTES:
         lines += [NOTES[name], ""]
     if r["killed_by_new_tests"]:
-        lines += [f"Survived the tests as they were, killed by the new ones ({len(r['killed_by_new_tests'])}): "
-                  + function_counts(r["killed_by_new_tests"]) + ".", ""]
+        killed = r["killed_by_new_tests"]
+        lines += [f"Survived the tests as they were, killed by the new ones ({sum(killed.values())}): "
+                  + function_counts(killed) + ".", ""]
     elif name in FIRST_RUNS:
         n, survived, wall = FIRST_RUNS[name]
         removed = REMOVED_SINCE.get(name, 0)
@@ -1094,13 +1142,14 @@ def module_section(name: str, module: Module, r: dict, eq: dict[str, str | None]
             what = f"**{status[k]}**, not equivalent: {why[k]}"
         else:
             what = f"**{status[k]}**, not classified yet"
-        changed = [x for x in r["diffs"][k].splitlines() if x[:1] in "+-"]
-        lines += [f"- `{short(k)}` ({what})", "", "  ```diff", *("  " + x for x in changed), "  ```", ""]
+        diff = ["  " + x for x in r["survivors"][k]["diff"]]
+        lines += [f"- `{short(k)}` ({what})", "", "  ```diff", *diff, "  ```", ""]
     return "\n".join(lines)
 
 
 def first_survivors(name: str, r: dict) -> int | None:
-    """How many mutants survived the tests as they were before this module's new tests (None: unknown)."""
+    """How many mutants survived the tests as they were before this module's new tests (None: unknown),
+    from a run's ``result.json``."""
     if r["earlier"]:
         return r["earlier"][0]["survived_first"]
     if r["retests"]:
@@ -1110,28 +1159,48 @@ def first_survivors(name: str, r: dict) -> int | None:
     return None
 
 
+def load_key(load: str) -> float:
+    return float(load.split(",")[0])
+
+
+def machine_lines(summaries: dict[str, dict]) -> list[str]:
+    """One line per machine and setting the modules ran on (the modules named where there are several)."""
+    groups: dict[tuple, list[str]] = {}
+    for name, r in summaries.items():
+        m = r["machine"]
+        groups.setdefault((m["cpu"], m["cores"], m["children"], m["versions"], m["note"]), []).append(name)
+    lines = []
+    for (cpu, n_cores, children, package_versions, note), names in groups.items():
+        machines = [summaries[name]["machine"] for name in names]
+        loads = sorted((x for m in machines for x in m["loads"]), key=load_key)
+        dates = sorted(d for m in machines for d in m["dates"])
+        at_once = "one mutant at a time" if children == 1 else (
+            children if isinstance(children, str) else f"{children} mutants at a time")
+        which = f" (`{'`, `'.join(names)}`)" if len(groups) > 1 else ""
+        lines += [f"Machine{which}: {cpu}, {n_cores} cores, {at_once} with OMP_NUM_THREADS=1; load average "
+                  f"{loads[0] if loads else '-'} to {loads[-1] if loads else '-'} (1, 5, 15 min) before and after "
+                  f"the modules{', ' + note if note else ''}; {package_versions}; runs {dates[0]} to {dates[-1]}.", ""]
+    return lines
+
+
 def report() -> str:
-    """benchmarks/results/mutation.md from the results in WORK."""
+    """benchmarks/results/mutation.md from the committed summaries (:data:`SUMMARIES`)."""
     header = ["module", "mutants", "survived the tests as they were", "killed now", "timeouts", "equivalent",
               "survived, not equivalent", "killed of non-equivalent", "wall now"]
-    rows, details, runs, not_run = [], [], [], []
+    summaries = read_summaries()
+    rows, details = [], []
     total = dict.fromkeys(["n", "killed", "new", "timeout", "eq", "left", "wall"], 0)
-    for name, module in MODULES.items():
-        path = WORK / name / "result.json"
-        if not path.exists():
-            not_run.append(name)
-            continue
-        r = json.loads(path.read_text(encoding="utf-8"))
-        runs.append(r)
-        status = r["status"]
-        eq = {k: classify(k, r["diffs"].get(k, ""), EQUIVALENT) for k, s in status.items() if s != KILLED}
-        why = {k: classify(k, r["diffs"].get(k, ""), UNKILLED) for k in eq}
+    for name, r in summaries.items():
+        module = MODULES[name]
+        status = {k: v["status"] for k, v in r["survivors"].items()}
+        diffs = {k: "\n".join(v["diff"]) for k, v in r["survivors"].items()}
+        eq = {k: classify(k, diff, EQUIVALENT) for k, diff in diffs.items()}
+        why = {k: classify(k, diff, UNKILLED) for k, diff in diffs.items()}
         timeouts = sum(s == TIMEOUT for s in status.values())
-        before = first_survivors(name, r)
-        row = {"n": len(status), "killed": sum(s == KILLED for s in status.values()) + timeouts,
-               "new": before or 0, "timeout": timeouts, "eq": sum(bool(v) for v in eq.values()),
-               "left": sum(not eq[k] and status[k] != TIMEOUT for k in eq),
-               "wall": r["wall_s"] + sum(x["wall_s"] for x in r["retests"])}
+        before = r["first_survivors"]
+        row = {"n": r["mutants"], "killed": r["killed"] + timeouts, "new": before or 0, "timeout": timeouts,
+               "eq": sum(bool(v) for v in eq.values()), "left": sum(not eq[k] and status[k] != TIMEOUT for k in eq),
+               "wall": r["wall_s"]}
         for k in total:
             total[k] += row[k]
         counted = row["n"] - row["eq"]
@@ -1143,29 +1212,20 @@ def report() -> str:
     counted = total["n"] - total["eq"]
     rows.append(["**all**", *(str(total[k]) for k in ("n", "new", "killed", "timeout", "eq", "left")),
                  f"**{100 * total['killed'] / counted:.1f}%**" if counted else "-", f"{total['wall'] / 60:.1f} min"])
-    loads = [r["load_before"] for r in runs] + [r["load_after"] for r in runs]
-    dates = sorted(r["date"] for r in runs)
-    machine = (f"Machine: {cpu_model()}, {cores()} cores, one mutant at a time (max_children = 1; the runs of "
-               f"2026-12-02 partly two at a time, `--children 2`) with OMP_NUM_THREADS=1; load average "
-               f"{min(loads, default='-')} to {max(loads, default='-')} (1, 5, 15 min) before and after the modules, "
-               f"other jobs (test runs, single-thread experiments) sharing the cores; "
-               f"{versions(['mutmut', 'torch', 'pytest', 'hypothesis'])}; runs {dates[0] if dates else '-'} "
-               f"to {dates[-1] if dates else '-'}.")
-    text = ["# Mutation testing", "", machine, "",
-            "Reproduce: `OMP_NUM_THREADS=1 python benchmarks/mutation.py` runs the default modules (the table's), "
-            "one mutant at a time; `python benchmarks/mutation.py --report` writes this file. One module: "
+    text = ["# Mutation testing", "", *machine_lines(summaries),
+            "Reproduce: `OMP_NUM_THREADS=1 python benchmarks/mutation.py` runs the default modules, "
+            "one mutant at a time, and writes each module's summary to `benchmarks/results/mutation/`; "
+            "`python benchmarks/mutation.py --report` renders this file from those summaries "
+            "(`tests/test_results_reproduce.py` checks that it is their rendering). One module: "
             "`python benchmarks/mutation.py masks`; after adding a test, `python benchmarks/mutation.py --retest "
             "masks` reruns that module's survivors only. The module table (files, the test files that guard them, "
             "the classified survivors) is in `benchmarks/mutation.py`; mutmut's settings in `pyproject.toml`, "
             "`[tool.mutmut]`.", "",
             INTRO, "", markdown_table(header, rows), ""]
-    pending = [n for n in not_run if n in DEFAULT]
-    if pending:
-        text += ["Not run yet: " + ", ".join(f"`{n}`" for n in pending) + ".", ""]
-    extra = [n for n in not_run if n not in DEFAULT]
-    if extra:
-        text += ["Not run: " + ", ".join(f"`{n}`" for n in extra) + f". {NOT_RUN} Run with "
-                 f"`OMP_NUM_THREADS=1 python benchmarks/mutation.py {' '.join(extra)}` (or `--all`).", ""]
+    not_run = [n for n in MODULES if n not in summaries]
+    if not_run:
+        text += ["Not run: " + ", ".join(f"`{n}`" for n in not_run) + f". {NOT_RUN} Run with "
+                 f"`OMP_NUM_THREADS=1 python benchmarks/mutation.py {' '.join(not_run)}`.", ""]
     text += ["## What the runs found", "", *(f"- {f}" for f in FINDINGS), "",
              "## Survivors, per module", "", *details]
     return "\n".join(text).rstrip() + "\n"

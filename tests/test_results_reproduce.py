@@ -320,3 +320,49 @@ def test_a_vqa_calibration_cell_is_the_mean_and_sample_std_of_its_seeds() -> Non
     line = next(x for x in vqa_calibration.render([row(0, 0.5), row(1, 0.7), row(2, 0.9)]).splitlines()
                 if x.startswith("| c |"))
     assert "| 0, 1, 2 |" in line and "0.700 ± 0.200 (0.500 / 0.700 / 0.900)" in line
+
+
+def test_the_mutation_report_is_rendered_from_its_committed_summaries() -> None:
+    """mutation.md is what ``mutation.py --report`` renders from benchmarks/results/mutation/, not from
+    the git-ignored work folder: a fresh clone regenerates it."""
+    import mutation
+
+    assert sorted(p.stem for p in mutation.SUMMARIES.glob("*.json")) == sorted(mutation.read_summaries())
+    assert mutation.report() == mutation.REPORT.read_text(encoding="utf-8")
+
+
+def _mutation_run(statuses: dict[str, str], *, source: str, retested: list[str]) -> dict:
+    """A module's ``result.json`` as ``run_module`` writes it: one full run, then one retest."""
+    load = "0.10, 0.20, 0.30"
+    return {"status": statuses, "killed_by_new_tests": retested, "source": source, "wall_s": 60,
+            "retests": [{"mutants": 3, "wall_s": 30, "load_before": load, "load_after": "2.00, 1.00, 0.50",
+                         "date": "2026-01-02 00:00 UTC"}],
+            "load_before": load, "load_after": load, "date": "2026-01-01 00:00 UTC", "tests": ["tests/test_masks.py"],
+            "earlier": [], "diffs": {k: f"@@ -1 +1 @@\n-    x = 1\n+    x = {i}\n     y = 2"
+                                     for i, k in enumerate(statuses) if statuses[k] != "killed"}}
+
+
+def test_a_mutation_summary_keeps_the_counts_and_the_mutated_lines_the_report_needs(monkeypatch) -> None:
+    """Timeouts count as killed, equivalents (matched on their changed line) apart from real survivors,
+    the first run's survivors are the retest's kills plus what is left, and a summary whose source is
+    not the module's any more is marked."""
+    import mutation
+
+    key = "tokformer.masks.x_causal_mask__mutmut_{}".format
+    statuses = {key(1): "killed", key(2): "killed", key(3): "timeout", key(4): "survived", key(5): "survived"}
+    result = _mutation_run(statuses, source=mutation.source_hash(mutation.MODULES["masks"]), retested=[key(2)])
+    summary = mutation.summarise("masks", result)
+    assert (summary["mutants"], summary["killed"], summary["first_survivors"], summary["wall_s"]) == (5, 2, 4, 90)
+    assert summary["killed_by_new_tests"] == {"causal_mask": 1}
+    assert summary["survivors"][key(4)] == {"status": "survived", "diff": ["-    x = 1", "+    x = 3"]}
+    assert summary["machine"]["dates"] == ["2026-01-01 00:00 UTC", "2026-01-02 00:00 UTC"]
+    monkeypatch.setattr(mutation, "read_summaries", lambda: {"masks": summary})
+    monkeypatch.setattr(mutation, "EQUIVALENT", {key(5): ("x = 4", "the same")})
+    lines = mutation.report().splitlines()
+    row = "| `masks` | 5 | 4 | 3 | 1 | 1 | 1 | 75.0% | 1.5 min |"
+    assert row in lines and "load average 0.10, 0.20, 0.30 to 2.00, 1.00, 0.50" in "\n".join(lines)
+    assert "- `causal_mask__mutmut_4` (**survived**, not classified yet)" in lines
+    assert "- `causal_mask__mutmut_5` (equivalent: the same)" in lines
+    stale = mutation.summarise("masks", result | {"source": "0" * 16})
+    monkeypatch.setattr(mutation, "read_summaries", lambda: {"masks": stale})
+    assert "| `masks` (source edited since) | 5 |" in mutation.report()
