@@ -6,10 +6,12 @@ checkpoint: the run's "best" one is chosen on this very split) (exact match over
 question type, on the held-out phrasings and (type, quadrant) combinations and on the rest,
 beside the question-only and most-frequent baselines); and, on the first held-out scenes, the
 attention of the answer's first token on the asked-about birds against their token share, per
-layer (the best head, and the heads' mean), and a paired test of reading the question: the
-questions asked in trained phrasings and combinations, scored as asked and asked again in
-phrasings made only of trained words (``vqa_data.REWORDED``), same pictures and answers. Then the
-issue's targets, each met or missed.
+layer (the best head, and the heads' mean) and per question type, and a paired test of reading the
+question: the questions asked in trained phrasings and combinations, scored as asked and asked again
+in phrasings made only of trained words (``vqa_data.REWORDED``), same pictures and answers. What the
+picture tokens carry: linear probes of each quadrant's content and of each bird's facing, beside a
+control (the same tokenizer, freshly initialised, trained on facing alone): whether a type fails for
+want of seeing or of routing. Then the issue's targets, each met or missed.
 
     python benchmarks/vqa_results.py                # seeds 0 1 2 + image-only seed 0: about 40 min, alone
     python benchmarks/vqa_results.py --report       # re-render vqa.md from vqa.jsonl
@@ -54,7 +56,7 @@ ATTENTION = """
 import json, sys
 import numpy as np
 from tokformer.store.loader import load
-from tokformer.tasks.vqa_attention import answer_attention, asked_bird_share
+from tokformer.tasks.vqa_attention import answer_attention, asked_bird_share, pair_bird_share
 from tokformer.tasks.vqa_data import bird_questions
 predictor = load(sys.argv[1], checkpoint="latest")
 task, model, n = predictor.task, predictor.model, int(sys.argv[2])
@@ -69,11 +71,18 @@ tokens = np.mean([len(task.text_tokenizer().encode(q)) for q in data.questions])
 answer_tokens = np.mean([len(task.text_tokenizer().encode(a)) + 1 for a in data.answers])
 image_tokens = task.image_tokenizer.grid_size[0] * task.image_tokenizer.grid_size[1]
 import torch.nn.functional as F
+ASKED_TYPES = ("presence", "species", "same", "facing")  # the types that ask about a quadrant or a pair
 
 
 def contents(scenes):  # [n, 4]: 0 for an empty quadrant, else 1 + the species of its bird
     out = np.zeros((len(scenes.images), 4), dtype=np.int64)
     out[scenes.bird_image, scenes.bird_slot] = scenes.bird_species + 1
+    return torch.from_numpy(out)
+
+
+def facings(scenes):  # [n, 4]: -1 for an empty quadrant, else 0 (facing left) or 1 (facing right)
+    out = np.full((len(scenes.images), 4), -1, dtype=np.int64)
+    out[scenes.bird_image, scenes.bird_slot] = scenes.bird_facing > 0
     return torch.from_numpy(out)
 
 
@@ -83,26 +92,33 @@ def entering_tokens(scenes):  # [n, 4, d]: the picture's tokens as they enter th
     return model.segments.embed("image", task.image_tokenizer.batch(list(pictures)))
 
 
-fit_scenes = bird_questions(n, c.data_seed, "val", size=c.image_size).scenes  # fitted on val, scored on test
-fit_x, fit_y = entering_tokens(fit_scenes), contents(fit_scenes)
-test_x, test_y = entering_tokens(data.scenes), contents(data.scenes)
-probe = []
-for quadrant in range(4):  # a 7-way logistic regression per quadrant's token, standardised on the fitting scenes
-    mu, sd = fit_x[:, quadrant].mean(0), fit_x[:, quadrant].std(0) + 1e-6
-    x, t = (fit_x[:, quadrant] - mu) / sd, (test_x[:, quadrant] - mu) / sd
-    w = torch.zeros(x.shape[1], 7, requires_grad=True)
-    b = torch.zeros(7, requires_grad=True)
+def probe(fit_x, fit_y, test_x, test_y, classes):  # a logistic regression, standardised on the fitting tokens
+    mu, sd = fit_x.mean(0), fit_x.std(0) + 1e-6
+    x, t = (fit_x - mu) / sd, (test_x - mu) / sd
+    w = torch.zeros(x.shape[1], classes, requires_grad=True)
+    b = torch.zeros(classes, requires_grad=True)
     lbfgs = torch.optim.LBFGS([w, b], max_iter=300)
 
     def closure():
         lbfgs.zero_grad()
-        loss = F.cross_entropy(x @ w + b, fit_y[:, quadrant]) + 1e-3 * w.pow(2).sum()
+        loss = F.cross_entropy(x @ w + b, fit_y) + 1e-3 * w.pow(2).sum()
         loss.backward()
         return loss
 
     lbfgs.step(closure)
-    probe.append(float(((t @ w + b).argmax(-1) == test_y[:, quadrant]).float().mean()))
+    return float(((t @ w + b).argmax(-1) == test_y).float().mean())
+
+
+fit_scenes = bird_questions(n, c.data_seed, "val", size=c.image_size).scenes  # fitted on val, scored on test
+fit_x, test_x = entering_tokens(fit_scenes), entering_tokens(data.scenes)
+fit_y, test_y = contents(fit_scenes), contents(data.scenes)
+probe_content = [probe(fit_x[:, q], fit_y[:, q], test_x[:, q], test_y[:, q], 7) for q in range(4)]  # per quadrant
 majority = float(np.mean([(test_y[:, q] == torch.mode(fit_y[:, q]).values).float().mean() for q in range(4)]))
+fit_f, test_f = facings(fit_scenes), facings(data.scenes)
+probe_facing = [probe(fit_x[fit_f[:, q] >= 0, q], fit_f[fit_f[:, q] >= 0, q],
+                      test_x[test_f[:, q] >= 0, q], test_f[test_f[:, q] >= 0, q], 2) for q in range(4)]
+share_by_type = {kind: asked_bird_share(maps, data, c.patch_size, kinds={kind}).max(axis=1).tolist()
+                 for kind in ASKED_TYPES}
 
 from tokformer.tasks.vqa import Example
 from tokformer.tasks.vqa_data import QUESTION_TYPES, reworded, trained_questions
@@ -125,7 +141,9 @@ text = task.text_tokenizer()
 trained_tokens = {t for question in trained_questions() for t in text.encode(question)}
 print(json.dumps({"share_best_head": share.max(axis=1).tolist(), "share_mean_head": share.mean(axis=1).tolist(),
                   "tokens_per_example": float(image_tokens + tokens + answer_tokens),
-                  "probe_content": float(np.mean(probe)), "probe_majority": majority,
+                  "probe_content": float(np.mean(probe_content)), "probe_majority": majority,
+                  "probe_facing": float(np.mean(probe_facing)), "attention_share_by_type": share_by_type,
+                  "attention_pair_weaker_bird": pair_bird_share(maps, data, c.patch_size).tolist(),
                   "paired": {"asked": len(asked), "as_asked": float(as_asked.mean()),
                              "reworded": float(as_reworded.mean()),
                              **{f"as_asked_{k}": float(as_asked[kinds == k].mean()) for k in QUESTION_TYPES},
@@ -134,6 +152,51 @@ print(json.dumps({"share_best_head": share.max(axis=1).tolist(), "share_mean_hea
                                                for t in text.encode(q))}}))
 """
 
+FACING_STEPS = 2000  # the facing control's training steps (pictures of one batch each)
+FACING_CONTROL = """
+import json, sys
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokformer.store.loader import load
+from tokformer.tasks.vqa_data import bird_questions
+predictor = load(sys.argv[1], checkpoint="latest")
+task, steps, seed = predictor.task, int(sys.argv[2]), int(sys.argv[3])
+c, batch_size = task.config, 32
+torch.manual_seed(seed)
+embedder = task.image_tokenizer.build_embedder(c.d_model)  # fresh: the run's tokenizer, as training starts it
+head = torch.nn.Linear(c.d_model, 2)
+params = [*embedder.parameters(), *head.parameters()]
+opt = torch.optim.AdamW(params, lr=1e-3)
+
+
+def split(name, n):  # pictures [n, 3, H, W] uint8 and, per bird, (picture, quadrant, facing right)
+    s = bird_questions(n, c.data_seed, name, size=c.image_size).scenes
+    birds = np.stack([s.bird_image, s.bird_slot, s.bird_facing > 0], axis=1)
+    return torch.from_numpy(s.images).permute(0, 3, 1, 2), torch.from_numpy(birds.astype(np.int64))
+
+
+def logits(pictures, birds):  # [birds, 2]: each bird's token, as it enters the encoder, read by the head
+    tokens = embedder(task.image_tokenizer.batch(list(pictures)))  # [B, 4, d]
+    return head(tokens[birds[:, 0], birds[:, 1]])
+
+
+train, test = split("train", 5000), split("test", 1000)
+generator = torch.Generator().manual_seed(seed)
+for step in range(steps):
+    chosen = torch.randperm(len(train[0]), generator=generator)[:batch_size]
+    row = torch.full((len(train[0]),), -1)
+    row[chosen] = torch.arange(batch_size)  # a picture's row in the batch, -1 if not drawn
+    birds = train[1][row[train[1][:, 0]] >= 0]  # the drawn pictures' birds
+    birds[:, 0] = row[birds[:, 0]]
+    loss = F.cross_entropy(logits(train[0][chosen], birds), birds[:, 2])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+with torch.no_grad():
+    right = (logits(*test).argmax(-1) == test[1][:, 2]).float().mean()
+print(json.dumps({"facing_control": float(right)}))
+"""
 
 FIGURE_SCRIPT = """
 import sys
@@ -186,6 +249,7 @@ def measure(seed: int, workdir: Path, machine: Machine, options: dict) -> dict:
     trained = python(TRAIN, str(run_dir), str(seed), json.dumps(options))
     evaluated = evaluate_latest(run_dir)
     attention = python(ATTENTION, str(run_dir), str(ATTENTION_EXAMPLES))
+    control = python(FACING_CONTROL, str(run_dir), str(FACING_STEPS), str(seed))
     config = json.loads((run_dir / "config.json").read_text())
     train_cfg = config["train"]
     examples = trained["step"] * train_cfg["batch_size"]
@@ -197,6 +261,9 @@ def measure(seed: int, workdir: Path, machine: Machine, options: dict) -> dict:
             "attention_share_best_head": attention["share_best_head"],
             "attention_share_mean_head": attention["share_mean_head"],
             "probe_content": attention["probe_content"], "probe_majority": attention["probe_majority"],
+            "probe_facing": attention["probe_facing"], "facing_control": control["facing_control"],
+            "attention_share_by_type": attention["attention_share_by_type"],
+            "attention_pair_weaker_bird": attention["attention_pair_weaker_bird"],
             "paired": attention["paired"], "machine": machine.line(f"{trained['threads']} torch thread(s)"),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
@@ -249,10 +316,21 @@ def render(rows: list[dict]) -> str:
          f"6 species; fitted on {ATTENTION_EXAMPLES} val scenes, scored on the test scenes; mean of the 4 quadrants)",
          cell(lambda r: r["probe_content"])],
         ["the same, the most frequent content of each quadrant", cell(lambda r: r["probe_majority"])],
+        ["linear probe: the same tokens name their bird's facing (left or right; the quadrants that hold a bird)",
+         cell(lambda r: r["probe_facing"])],
+        [f"control: the same tokenizer, freshly initialised, trained on facing alone ({FACING_STEPS} steps of 32 "
+         "training pictures, each bird's token -> left or right by a linear head; the test scenes' birds)",
+         cell(lambda r: r["facing_control"])],
         *[[f"attention on the asked-about bird(s) / their token share, layer {layer} (best head; heads' mean)",
            f"{cell(lambda r, i=layer: r['attention_share_best_head'][i], 2)}; "
            f"{cell(lambda r, i=layer: r['attention_share_mean_head'][i], 2)}"]
           for layer in range(len(rows[0]["attention_share_best_head"]))],
+        *[[f"the same, {kind} questions only (best head of the best layer)",
+           cell(lambda r, k=kind: max(r["attention_share_by_type"][k]), 2)]
+          for kind in rows[0]["attention_share_by_type"]],
+        *[[f"comparisons: attention on the less-looked-at of the two birds from the head that looks at it most / "
+           f"its token share, layer {layer}", cell(lambda r, i=layer: r["attention_pair_weaker_bird"][i], 2)]
+          for layer in range(len(rows[0]["attention_pair_weaker_bird"]))],
         ["train wall time (s)", cell(lambda r: r["train_seconds"], 0)],
         ["peak memory of the train process (MB)", cell(lambda r: r["peak_rss_mb"], 0)],
         ["training examples / s", cell(lambda r: r["examples_per_s"], 1)],

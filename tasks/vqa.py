@@ -224,8 +224,9 @@ def builtin_examples(n: int, seed: int, split: str, size: int) -> list[Example]:
     for chunk, start in enumerate(range(0, n, SCENES_PER_CHUNK)):
         data = vqa_data.bird_questions(min(SCENES_PER_CHUNK, n - start), seed, split, size=size, chunk=chunk)
         images = torch.from_numpy(data.scenes.images).permute(0, 3, 1, 2)  # [m, 3, H, W] uint8
+        held_phrasing, held_combo = data.held_out_phrasing, data.held_out_combo  # [m] each: computed once
         examples += [Example(images[i], data.questions[i], data.answers[i], data.kinds[i],
-                             bool(data.held_out_phrasing[i]), bool(data.held_out_combo[i]))
+                             bool(held_phrasing[i]), bool(held_combo[i]))
                      for i in range(len(data.questions))]
     return examples
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +44,16 @@ def answer_attention(model: nn.Module, task: VQATask, images: Sequence[Any], que
     return [m[:, :, query, image] for m in maps]
 
 
-def asked_bird_share(maps: list[Tensor], data: BirdQuestions, patch: int) -> np.ndarray:
+def asked_bird_share(maps: list[Tensor], data: BirdQuestions, patch: int,
+                     kinds: Collection[str] | None = None) -> np.ndarray:
     """``[layers, heads]``: attention on the asked-about birds' tokens as a multiple of their share of
     the picture's tokens, averaged over the questions about a quadrant or pair whose asked quadrants
-    all hold a bird (``maps[l][b]`` belongs to example ``b`` of ``data``)."""
+    all hold a bird (``maps[l][b]`` belongs to example ``b`` of ``data``); ``kinds``: of those types only."""
     n_layers, n_heads, n_image = len(maps), maps[0].shape[1], maps[0].shape[-1]
     total, used = np.zeros((n_layers, n_heads)), 0
     for b, asked in enumerate(data.quadrants):
         birds = set(data.scenes.bird_slot[data.scenes.bird_image == b].tolist())
-        if not asked or not set(asked) <= birds:
+        if not asked or not set(asked) <= birds or (kinds is not None and data.kinds[b] not in kinds):
             continue
         tokens = np.unique(np.concatenate([bird_tokens(data.scenes, b, q, patch, first=0) for q in asked]))
         for layer, probs in enumerate(maps):
@@ -61,7 +62,36 @@ def asked_bird_share(maps: list[Tensor], data: BirdQuestions, patch: int) -> np.
             total[layer] += ((on_birds / on_image) / (len(tokens) / n_image)).numpy()
         used += 1
     if not used:
-        raise ValueError("no question about a quadrant with its bird(s) present")
+        raise ValueError(f"no question{' of ' + ', '.join(sorted(kinds)) if kinds else ''} about a quadrant "
+                         "with its bird(s) present")
+    return total / used
+
+
+def pair_bird_share(maps: list[Tensor], data: BirdQuestions, patch: int) -> np.ndarray:
+    """``[layers]``: for the questions about a pair whose two birds are both there, the attention on
+    the less-looked-at bird from the head that looks at it most, as a multiple of that bird's token
+    share, averaged over those questions.
+
+    :func:`asked_bird_share` pools the pair: all attention on one of the two birds already scores the
+    pair's ceiling, so it cannot tell gathering both birds from looking at one. Here a model that
+    sends some head to each bird scores as high as on a one-bird question; one that looks at a single
+    bird scores about 1 (uniform) or less."""
+    n_image = maps[0].shape[-1]
+    total, used = np.zeros(len(maps)), 0
+    for b, asked in enumerate(data.quadrants):
+        birds = set(data.scenes.bird_slot[data.scenes.bird_image == b].tolist())
+        if len(asked) != 2 or not set(asked) <= birds:
+            continue
+        for layer, probs in enumerate(maps):
+            on_image = probs[b].sum(dim=-1)  # [heads]
+            best = []
+            for quadrant in asked:
+                tokens = bird_tokens(data.scenes, b, quadrant, patch, first=0)
+                best.append(float(((probs[b][:, tokens].sum(dim=-1) / on_image) / (len(tokens) / n_image)).max()))
+            total[layer] += min(best)
+        used += 1
+    if not used:
+        raise ValueError("no question about a pair with both birds present")
     return total / used
 
 

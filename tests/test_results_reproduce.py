@@ -206,7 +206,9 @@ def _vqa_row(seed: int = 0, exact: float = 0.5, **changes) -> dict:
             "metrics": {"exact": exact, **{f"exact_{name}": exact for name in names}},
             "baselines": {vqa_results.BLIND: {"exact": 0.3}, "most frequent answer": {"exact": 0.2}},
             "attention_share_best_head": [1.0], "attention_share_mean_head": [1.0], "probe_content": 1.0,
-            "probe_majority": 0.5, "machine": "Machine: x; run y",
+            "probe_majority": 0.5, "probe_facing": 0.6, "facing_control": 0.99, "machine": "Machine: x; run y",
+            "attention_share_by_type": {k: [1.0, 1.0] for k in ("presence", "species", "same", "facing")},
+            "attention_pair_weaker_bird": [1.0, 1.0],
             "paired": {"asked": 10, "as_asked": exact, "reworded": exact, "new_tokens": 0,
                        **{f"{way}_{k}": exact for way in ("as_asked", "reworded") for k in vqa_results.TYPES}}
             } | changes
@@ -223,6 +225,23 @@ def test_the_reworded_target_compares_the_same_questions_as_asked_and_reworded()
     assert f"{target} met | 0.860 vs 0.900 |" in near
     far = vqa_results.render([_vqa_row(paired=paired | {"as_asked": 0.9, "reworded": 0.8})]).splitlines()
     assert f"{target} **missed** | 0.800 vs 0.900 |" in far
+
+
+def test_a_question_types_attention_is_its_best_layer_per_seed_and_the_facing_rows_read_their_fields() -> None:
+    """Per type, each seed's share is its best layer's (best head), then averaged: a type routed in
+    layer 0 by one seed and in layer 1 by another is not averaged down; the facing probe and its
+    control are their own rows."""
+    import vqa_results
+
+    shares = {"presence": [1.0, 1.0], "species": [1.0, 1.0], "same": [1.0, 1.0], "facing": [1.0, 1.0]}
+    rows = [_vqa_row(0, attention_share_by_type=shares | {"same": [3.0, 1.0]}, probe_facing=0.6),
+            _vqa_row(1, attention_share_by_type=shares | {"same": [1.0, 5.0]}, probe_facing=0.7, facing_control=0.97)]
+    lines = vqa_results.render(rows).splitlines()
+    assert "| the same, same questions only (best head of the best layer) | 4.00 ± 1.41 (3.00 / 5.00) |" in lines
+    assert any(x.startswith("| linear probe: the same tokens name their bird's facing") and
+               x.endswith("| 0.650 ± 0.071 (0.600 / 0.700) |") for x in lines)
+    assert any(x.startswith("| control: the same tokenizer, freshly initialised, trained on facing alone") and
+               x.endswith("| 0.980 ± 0.014 (0.990 / 0.970) |") for x in lines)
 
 
 def test_a_vqa_cell_is_the_mean_and_sample_std_of_its_seeds() -> None:

@@ -15,7 +15,13 @@ from tokformer.cli import main
 from tokformer.engine import train
 from tokformer.tasks.birds.attention import bird_tokens
 from tokformer.tasks.vqa import Example, VQAConfig, VQATask
-from tokformer.tasks.vqa_attention import MAX_QUESTIONS, answer_attention, asked_bird_share, question_maps
+from tokformer.tasks.vqa_attention import (
+    MAX_QUESTIONS,
+    answer_attention,
+    asked_bird_share,
+    pair_bird_share,
+    question_maps,
+)
 from tokformer.tasks.vqa_data import bird_questions
 
 TINY = dict(image_size=32, patch_size=8, train_size=64, eval_size=32, d_model=32, n_heads=2, n_layers=2,
@@ -93,6 +99,51 @@ def test_the_asked_bird_share_is_one_for_uniform_attention_and_the_inverse_share
         else:
             focused[b] = 1.0 / n_image  # not a quadrant question, or its bird is absent: not counted
     np.testing.assert_allclose(asked_bird_share([focused], data, patch), np.mean(expected), rtol=1e-6)
+
+
+def test_the_share_of_one_question_type_averages_over_that_types_questions_only() -> None:
+    """``kinds`` keeps the questions of those types: pair questions focused on their birds, every other
+    question spread evenly, give the pair's inverse token share for ``same`` and 1 for the rest."""
+    data = bird_questions(60, seed=3, split="test", size=32)
+    patch, n_image = 8, 16
+    maps = torch.full((60, 1, n_image), 1.0 / n_image)
+    expected = []
+    for b, asked in enumerate(data.quadrants):
+        present = set(data.scenes.bird_slot[data.scenes.bird_image == b].tolist())
+        if data.kinds[b] == "same" and set(asked) <= present:
+            tokens = np.unique(np.concatenate([bird_tokens(data.scenes, b, q, patch, first=0) for q in asked]))
+            maps[b, :, :] = 0.0
+            maps[b, :, tokens] = 1.0 / len(tokens)
+            expected.append(n_image / len(tokens))
+    assert expected, "no comparison with both birds present among the scenes"
+    np.testing.assert_allclose(asked_bird_share([maps], data, patch, kinds={"same"}), np.mean(expected), rtol=1e-6)
+    np.testing.assert_allclose(asked_bird_share([maps], data, patch, kinds={"species", "facing"}), 1.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="no question of count about a quadrant"):
+        asked_bird_share([maps], data, patch, kinds={"count"})
+
+
+def test_the_pair_share_tells_one_head_per_bird_from_every_head_on_one_bird() -> None:
+    """On a 2 x 2 grid (one token per quadrant, each bird within its own): a head on each asked-about bird
+    scores 4 (all of a head's attention on one token of four), both heads on the first bird score 0 for
+    the second; the pooled share gives both the pair's ceiling, 2, and so cannot tell them apart."""
+    data = bird_questions(80, seed=4, split="test", size=32)
+    patch, n_image = 16, 4
+    one_each, both_on_first = torch.full((80, 2, n_image), 0.25), torch.full((80, 2, n_image), 0.25)
+    pairs = 0
+    for b, asked in enumerate(data.quadrants):
+        present = set(data.scenes.bird_slot[data.scenes.bird_image == b].tolist())
+        if len(asked) == 2 and set(asked) <= present:
+            first, second = (bird_tokens(data.scenes, b, q, patch, first=0).tolist() for q in asked)
+            assert len(first) == len(second) == 1 and first != second
+            one_each[b], both_on_first[b] = 0.0, 0.0
+            one_each[b, 0, first], one_each[b, 1, second] = 1.0, 1.0
+            both_on_first[b, :, first] = 1.0
+            pairs += 1
+    assert pairs > 1, "too few comparisons with both birds present"
+    np.testing.assert_allclose(pair_bird_share([one_each], data, patch), [4.0])
+    np.testing.assert_allclose(pair_bird_share([both_on_first], data, patch), [0.0])
+    for maps in (one_each, both_on_first):
+        np.testing.assert_allclose(asked_bird_share([maps], data, patch, kinds={"same"}), 2.0)
 
 
 def test_the_attention_command_writes_its_figure_and_keeps_what_is_there(tmp_path) -> None:
