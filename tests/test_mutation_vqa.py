@@ -1,12 +1,12 @@
 """What the mutation run of vqa's scoring found unchecked: the question-only baseline's counts when the
-most frequent answer is not the first seen, its file's exact form, and the baseline shares on an
-evaluation set of one and of three."""
+most frequent answer is not the first seen, its file's exact form, the baseline shares on an
+evaluation set of one and of three, and a step's token accuracy and weight."""
 
 from __future__ import annotations
 
 import torch
 
-from tokformer.tasks.vqa import Example, Examples, QuestionOnly, VQAConfig, VQATask
+from tokformer.tasks.vqa import IGNORE, Example, Examples, QuestionOnly, VQAConfig, VQATask
 
 IMAGE = torch.zeros(3, 32, 32, dtype=torch.uint8)
 
@@ -35,3 +35,24 @@ def test_baseline_shares_are_fractions_of_the_evaluation_set() -> None:
     assert one["question only (most frequent answer to it)"]["exact"] == 1.0
     three = task.baselines(Examples([Example(IMAGE, "q1", "a"), Example(IMAGE, "q2", "b"), Example(IMAGE, "q3", "c")]))
     assert three["most frequent answer"]["exact"] == 1 / 3
+
+
+def test_token_accuracy_counts_the_answers_tokens_only_and_a_step_weighs_its_examples() -> None:
+    """token_accuracy is the share of the answers' tokens (and their ends) predicted right, padding left
+    out; a step's count is its number of examples, the weight the engine averages losses over batches by."""
+    task = VQATask(VQAConfig(image_size=32, patch_size=8, tokenizer="linear", vocab_size=300, d_model=32,
+                             n_heads=2, n_layers=2))
+    torch.manual_seed(0)
+    model = task.build_model().eval()
+    examples = [Example(IMAGE, "how many birds are there?", "three"), Example(IMAGE, "", "two birds left"),
+                Example(IMAGE, "is there a bird at the top left?", "no")]  # answers of three lengths: padding
+    batch = task.collate(examples, train=False)
+    with torch.no_grad():
+        out = task.step(model, batch)
+        choices = model(batch["image"], batch["prompt"], batch["answer"]).float()
+    choices[..., task._never_answered()] = torch.finfo(choices.dtype).min
+    real = batch["targets"] != IGNORE
+    assert not real.all(), "no padding in the batch: nothing to leave out"
+    hits, total = out.metrics["token_accuracy"]
+    assert (int(hits), int(total)) == (int((choices.argmax(-1) == batch["targets"])[real].sum()), int(real.sum()))
+    assert out.count == len(examples)
