@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import textwrap
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,22 +44,32 @@ def answer_attention(model: nn.Module, task: VQATask, images: Sequence[Any], que
     return [m[:, :, query, image] for m in maps]
 
 
+def _with_asked_birds(data: BirdQuestions,
+                      kinds: Collection[str] | None = None) -> Iterator[tuple[int, tuple[int, ...]]]:
+    """``(example, asked quadrants)`` of each question about a quadrant or pair whose asked quadrants
+    all hold a bird; ``kinds``: of those types only."""
+    for b, asked in enumerate(data.quadrants):
+        birds = set(data.scenes.bird_slot[data.scenes.bird_image == b].tolist())
+        if asked and set(asked) <= birds and (kinds is None or data.kinds[b] in kinds):
+            yield b, asked
+
+
+def _share(probs: Tensor, tokens: np.ndarray) -> Tensor:
+    """``[heads]``: one example's attention over the picture (``probs``: ``[heads, N_image]``) on
+    ``tokens``, as a multiple of their share of the picture's tokens (1: uniform)."""
+    return (probs[:, tokens].sum(dim=-1) / probs.sum(dim=-1)) / (len(tokens) / probs.shape[-1])
+
+
 def asked_bird_share(maps: list[Tensor], data: BirdQuestions, patch: int,
                      kinds: Collection[str] | None = None) -> np.ndarray:
     """``[layers, heads]``: attention on the asked-about birds' tokens as a multiple of their share of
     the picture's tokens, averaged over the questions about a quadrant or pair whose asked quadrants
     all hold a bird (``maps[l][b]`` belongs to example ``b`` of ``data``); ``kinds``: of those types only."""
-    n_layers, n_heads, n_image = len(maps), maps[0].shape[1], maps[0].shape[-1]
-    total, used = np.zeros((n_layers, n_heads)), 0
-    for b, asked in enumerate(data.quadrants):
-        birds = set(data.scenes.bird_slot[data.scenes.bird_image == b].tolist())
-        if not asked or not set(asked) <= birds or (kinds is not None and data.kinds[b] not in kinds):
-            continue
+    total, used = np.zeros((len(maps), maps[0].shape[1])), 0
+    for b, asked in _with_asked_birds(data, kinds):
         tokens = np.unique(np.concatenate([bird_tokens(data.scenes, b, q, patch, first=0) for q in asked]))
         for layer, probs in enumerate(maps):
-            on_image = probs[b].sum(dim=-1)  # [heads]
-            on_birds = probs[b][:, tokens].sum(dim=-1)
-            total[layer] += ((on_birds / on_image) / (len(tokens) / n_image)).numpy()
+            total[layer] += _share(probs[b], tokens).numpy()
         used += 1
     if not used:
         raise ValueError(f"no question{' of ' + ', '.join(sorted(kinds)) if kinds else ''} about a quadrant "
@@ -76,19 +86,13 @@ def pair_bird_share(maps: list[Tensor], data: BirdQuestions, patch: int) -> np.n
     pair's ceiling, so it cannot tell gathering both birds from looking at one. Here a model that
     sends some head to each bird scores as high as on a one-bird question; one that looks at a single
     bird scores about 1 (uniform) or less."""
-    n_image = maps[0].shape[-1]
     total, used = np.zeros(len(maps)), 0
-    for b, asked in enumerate(data.quadrants):
-        birds = set(data.scenes.bird_slot[data.scenes.bird_image == b].tolist())
-        if len(asked) != 2 or not set(asked) <= birds:
+    for b, asked in _with_asked_birds(data):
+        if len(asked) != 2:
             continue
+        birds = [bird_tokens(data.scenes, b, q, patch, first=0) for q in asked]
         for layer, probs in enumerate(maps):
-            on_image = probs[b].sum(dim=-1)  # [heads]
-            best = []
-            for quadrant in asked:
-                tokens = bird_tokens(data.scenes, b, quadrant, patch, first=0)
-                best.append(float(((probs[b][:, tokens].sum(dim=-1) / on_image) / (len(tokens) / n_image)).max()))
-            total[layer] += min(best)
+            total[layer] += min(float(_share(probs[b], tokens).max()) for tokens in birds)
         used += 1
     if not used:
         raise ValueError("no question about a pair with both birds present")
