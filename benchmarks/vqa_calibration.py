@@ -62,6 +62,14 @@ CANDIDATES: dict[str, dict] = {  # each about 8 minutes on 2 cores
     # unit variance
     "local-w8-9k-lpos": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
                              cnn_width=8, position="learned"),
+    # facing is in the pixels but the defaults' tokens barely carry it (vqa.md: a linear probe reads 0.62 from
+    # them, the same tokenizer trained on facing alone 0.98), and the answer does not gather a comparison's second
+    # bird: both are what more steps or a faster start might buy; the channels-last CNN (patch_cnn.md) makes a
+    # step cheaper, and 12,000 steps is what the width-32 CNN needed to route (vqa_12000.md at commit 0d9d729)
+    "local-w8-12k": dict(steps=12000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
+                         cnn_width=8),
+    "local-w8-9k-lr2e-3": dict(steps=9000, batch_size=32, lr=2e-3, warmup_steps=200, eval_every=1000,
+                               patch_size=32, cnn_width=8),
     "linear-12k": dict(steps=12000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
                        tokenizer="linear"),
 }
@@ -83,23 +91,30 @@ def validate(run_dir: Path, seed: int) -> dict[str, float]:
             **{kind: float(exact[[k == kind for k in kinds]].float().mean()) for kind in QUESTION_TYPES}}
 
 
+def host(machine: str) -> str:
+    """The CPU model a machine line (``harness.Machine.line``) names."""
+    return machine.removeprefix("Machine: ").split(",", 1)[0]
+
+
 def render(rows: list[dict]) -> str:
     """One line per candidate: each measure as mean ± sample std (every seed's value) over the seeds it ran."""
-    by_name: dict[str, list[dict]] = {}
-    for r in rows:
-        by_name.setdefault(r["name"], []).append(r)
-    table = markdown_table(["candidate", "options", "seeds", "steps trained", "val exact", *QUESTION_TYPES,
+    by_name: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:  # a candidate's runs on one CPU model: another one rounds differently and runs at its own speed
+        by_name.setdefault((r["name"], host(r["machine"])), []).append(r)
+    table = markdown_table(["candidate", "CPU", "options", "seeds", "steps trained", "val exact", *QUESTION_TYPES,
                             "train wall (s)"], [
-        [name, f"`{json.dumps(runs[0]['options'])}`", ", ".join(str(r["seed"]) for r in runs),
+        [name, cpu, f"`{json.dumps(runs[0]['options'])}`", ", ".join(str(r["seed"]) for r in runs),
          str(runs[0]["steps_trained"]), *[over_seeds([r["val"][k] for r in runs]) for k in ("exact", *QUESTION_TYPES)],
-         over_seeds([r["seconds"] for r in runs], digits=0)] for name, runs in by_name.items()])
+         over_seeds([r["seconds"] for r in runs], digits=0)] for (name, cpu), runs in by_name.items()])
     machines = "\n".join(sorted({r["machine"] for r in rows}))
     return (f"# vqa: choosing the defaults on a validation stream\n\nExact match on {VAL_SIZE} scenes of the "
             "generator's `val` split (`python benchmarks/vqa_calibration.py --seed S`), each cell mean ± sample "
             "std (ddof 1) over the seeds run, with each seed's value: whether a run learns the question-routing "
             "types varies from seed to seed by more than some candidates differ, so a choice rests on three. "
             "Rows whose options name no `cnn_width` ran when its default was 32, the width the script "
-            f"now names for them.\n\n{table}\n\n{machines}\n")
+            "now names for them. A candidate run on two CPU models is two rows: each rounds differently and runs "
+            "at its own speed, so compare rows of one CPU; the Intel rows ran the per-patch CNN in channels-last "
+            f"memory order (the same function, summed in another order).\n\n{table}\n\n{machines}\n")
 
 
 def main() -> None:

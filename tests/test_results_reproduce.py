@@ -341,6 +341,20 @@ def test_a_vqa_calibration_cell_is_the_mean_and_sample_std_of_its_seeds() -> Non
     assert "| 0, 1, 2 |" in line and "0.700 ± 0.200 (0.500 / 0.700 / 0.900)" in line
 
 
+def test_a_vqa_calibration_candidate_run_on_two_cpu_models_is_two_rows() -> None:
+    """Each CPU rounds differently and runs at its own speed: its seeds are never pooled with another's."""
+    import vqa_calibration
+
+    row = lambda seed, exact, cpu: {"name": "c", "options": {}, "seed": seed, "steps_trained": 1, "seconds": 1.0,
+                                    "machine": f"Machine: {cpu}, 2 cores, 2 torch threads; load ...",
+                                    "val": {"exact": exact, **dict.fromkeys(vqa_calibration.QUESTION_TYPES, exact)}}
+    lines = [x for x in vqa_calibration.render([row(0, 0.5, "AMD EPYC"), row(0, 0.9, "Intel Xeon"),
+                                                row(1, 0.7, "AMD EPYC")]).splitlines() if x.startswith("| c |")]
+    assert len(lines) == 2
+    assert lines[0].startswith("| c | AMD EPYC |") and "0.600 ± 0.141 (0.500 / 0.700)" in lines[0]
+    assert lines[1].startswith("| c | Intel Xeon |") and "| 0 | 1 | 0.900 |" in lines[1]
+
+
 def test_the_mutation_report_is_rendered_from_its_committed_summaries() -> None:
     """mutation.md is what ``mutation.py --report`` renders from benchmarks/results/mutation/, not from
     the git-ignored work folder: a fresh clone regenerates it."""
