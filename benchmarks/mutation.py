@@ -32,6 +32,7 @@ when the code under it changes.
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import fnmatch
 import hashlib
@@ -43,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -872,10 +874,31 @@ def in_process(pyproject: str) -> str:
 
 
 def source_hash(module: Module) -> str:
+    """What the module's mutants are made from: its files, or, for a module scoped to some functions, the
+    source of those functions alone (an edit elsewhere in the file makes no mutant of it new or old)."""
     h = hashlib.sha256()
     for f in module.files:
-        h.update((REPO / f).read_bytes())
+        if not module.functions:
+            h.update((REPO / f).read_bytes())
+            continue
+        for key, source in scoped_functions(REPO / f, module.functions):
+            h.update(f"{key}\n{source}\n".encode())
     return h.hexdigest()[:16]
+
+
+def scoped_functions(path: Path, patterns: Sequence[str]) -> list[tuple[str, str]]:
+    """(mutmut key, source) of each top-level function and method of ``path`` whose key (``x_func``,
+    ``xǁClassǁmethod``) matches one of ``patterns``, in file order."""
+    text = path.read_text(encoding="utf-8")
+    found = []
+    for node in ast.parse(text).body:
+        defs = [(f"x_{node.name}", node)] if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else []
+        if isinstance(node, ast.ClassDef):
+            defs = [(f"xǁ{node.name}ǁ{item.name}", item) for item in node.body
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)]
+        found += [(key, ast.get_source_segment(text, item) or "") for key, item in defs
+                  if any(fnmatch.fnmatch(key, pattern) for pattern in patterns)]
+    return found
 
 
 # ----------------------------------------------------------------------------- running

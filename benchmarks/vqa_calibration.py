@@ -70,6 +70,9 @@ CANDIDATES: dict[str, dict] = {  # each about 8 minutes on 2 cores
                          cnn_width=8),
     "local-w8-9k-lr2e-3": dict(steps=9000, batch_size=32, lr=2e-3, warmup_steps=200, eval_every=1000,
                                patch_size=32, cnn_width=8),
+    # the width-32 CNN learnt facing at 12,000 steps, the width-8 one did not (above): twice the width, same steps
+    "local-w16-9k": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
+                         cnn_width=16),
     "linear-12k": dict(steps=12000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
                        tokenizer="linear"),
 }

@@ -355,6 +355,28 @@ def test_a_vqa_calibration_candidate_run_on_two_cpu_models_is_two_rows() -> None
     assert lines[1].startswith("| c | Intel Xeon |") and "| 0 | 1 | 0.900 |" in lines[1]
 
 
+def test_a_function_scoped_mutation_module_goes_stale_only_when_its_functions_change(tmp_path, monkeypatch) -> None:
+    """A module scoped to some functions hashes their source alone: an edit elsewhere in the file makes no
+    mutant of it new, so its result stays current; an edit inside one of them marks it, as any edit marks a
+    whole-file module."""
+    import mutation
+
+    source = tmp_path / "pkg.py"
+    write = lambda helper, step: source.write_text(
+        f"def helper():\n    return {helper}\n\n\nclass Task:\n    def step(self):\n        return {step}\n\n"
+        "    def other(self):\n        return 0\n", encoding="utf-8")
+    monkeypatch.setattr(mutation, "REPO", tmp_path)
+    scoped, whole = mutation.Module(("pkg.py",), (), ("xǁTaskǁst*",)), mutation.Module(("pkg.py",), ())
+    write(1, 2)
+    assert mutation.scoped_functions(source, scoped.functions) == [("xǁTaskǁstep", "def step(self):\n        return 2")]
+    first = (mutation.source_hash(scoped), mutation.source_hash(whole))
+    write(5, 2)
+    second = (mutation.source_hash(scoped), mutation.source_hash(whole))
+    assert second[0] == first[0] and second[1] != first[1]
+    write(5, 3)
+    assert mutation.source_hash(scoped) != second[0]
+
+
 def test_the_mutation_report_is_rendered_from_its_committed_summaries() -> None:
     """mutation.md is what ``mutation.py --report`` renders from benchmarks/results/mutation/, not from
     the git-ignored work folder: a fresh clone regenerates it."""
