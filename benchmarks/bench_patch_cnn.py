@@ -7,8 +7,9 @@ Run: ``python benchmarks/bench_patch_cnn.py [--repeats 5]``; writes ``benchmarks
 innermost dimension (NHWC) than on PyTorch's default NCHW layout, so the module converts its
 input to ``torch.channels_last``. This times one forward and backward pass of the same weights
 on the same patches both ways: the module as it is, and its layers applied to the NCHW tensor
-(the reference). Interleaved rounds, fresh patches each round, median (min-max), at 1 thread and
-all cores; the two outputs are checked to agree before timing.
+(the reference). Interleaved rounds of 20 batches, fresh patches every batch (drawn before the
+timing, both ways the same), median (min-max), at 1 thread and all cores; the two outputs are
+checked to agree before timing.
 """
 
 from __future__ import annotations
@@ -50,12 +51,19 @@ def patches(n: int, patch: int, seed: int) -> torch.Tensor:  # [n, 3*P*P]
     return torch.randn(n, 3 * patch * patch, generator=torch.Generator().manual_seed(seed))
 
 
-def case(cnn: PatchCNN, forward: Callable[[PatchCNN, torch.Tensor], torch.Tensor], n: int,
-         patch: int) -> Callable[[int], None]:
+def round_batches(n: int, patch: int, repeats: int) -> dict[int, list[torch.Tensor]]:
+    """Each round's own batches (round -1 is the warm-up's), drawn once before any timing: drawing them
+    inside a timed call would add the same cost to both cases and pull their ratio toward 1."""
+    return {round_: [patches(n, patch, 1000 * (round_ + 2) + batch) for batch in range(BATCHES_PER_ROUND)]
+            for round_ in range(-1, repeats)}
+
+
+def case(cnn: PatchCNN, forward: Callable[[PatchCNN, torch.Tensor], torch.Tensor],
+         batches: dict[int, list[torch.Tensor]]) -> Callable[[int], None]:
     def run(round_: int) -> None:
-        for batch in range(BATCHES_PER_ROUND):  # fresh patches every pass: round -1 is the warm-up's own
+        for x in batches[round_]:
             cnn.zero_grad(set_to_none=True)
-            forward(cnn, patches(n, patch, 1000 * (round_ + 2) + batch)).square().mean().backward()
+            forward(cnn, x).square().mean().backward()
 
     return run
 
@@ -69,13 +77,13 @@ def main() -> None:
     for name, patch, width, n in SHAPES:
         torch.manual_seed(0)
         cnn = PatchCNN(3, patch, 64, width=width, depth=2)
-        probe = patches(n, patch, 0)
+        probe, batches = patches(n, patch, 0), round_batches(n, patch, args.repeats)
         with torch.no_grad():  # same function: only the order of the sums differs
             torch.testing.assert_close(cnn(probe), reference_forward(cnn, probe), rtol=1e-4, atol=1e-5)
         for threads in thread_counts():
             with torch_threads(threads):
-                timings = interleave({"channels-last": case(cnn, lambda m, x: m(x), n, patch),
-                                      "NCHW": case(cnn, reference_forward, n, patch)}, args.repeats)
+                timings = interleave({"channels-last": case(cnn, lambda m, x: m(x), batches),
+                                      "NCHW": case(cnn, reference_forward, batches)}, args.repeats)
             ours, reference = timings["channels-last"], timings["NCHW"]
             work = n * BATCHES_PER_ROUND
             rows.append([name, str(threads), reference.rate_cell(work, ",.0f"), ours.rate_cell(work, ",.0f"),
@@ -85,8 +93,9 @@ def main() -> None:
         "",
         f"`PatchCNN` (depth 2: 3x3 conv, ReLU, 2x2 max-pool, twice; flattened; linear to 64), fp32. One forward and "
         f"backward pass per batch of patches, {BATCHES_PER_ROUND} batches a round; median (min-max) of {args.repeats} "
-        "interleaved rounds, fresh patches every batch. NCHW is the same module's layers applied to the tensor as "
-        "PyTorch lays it out; channels-last is the module as it runs (`python benchmarks/bench_patch_cnn.py`).",
+        "interleaved rounds, fresh patches every batch (drawn before the timing). NCHW is the same module's layers "
+        "applied to the tensor as PyTorch lays it out; channels-last is the module as it runs "
+        "(`python benchmarks/bench_patch_cnn.py`).",
         "",
         markdown_table(["shape", "threads", "NCHW patches/s", "channels-last patches/s",
                         "speed-up (NCHW time / channels-last time)"], rows),

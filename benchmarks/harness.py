@@ -131,6 +131,11 @@ class Machine:
         )
 
 
+def machine_cpu(line: str) -> str:
+    """The CPU model a :meth:`Machine.line` names."""
+    return line.removeprefix("Machine: ").split(",", 1)[0]
+
+
 def _cpu_field(name: str) -> str | None:
     for line in cpuinfo_lines():
         if line.startswith(name):

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-from harness import RESULTS, Machine, markdown_table, over_seeds, read_jsonl, write_results
+from harness import RESULTS, Machine, machine_cpu, markdown_table, over_seeds, read_jsonl, write_results
 
 from tokformer.engine import train
 from tokformer.store.loader import load
@@ -94,16 +94,11 @@ def validate(run_dir: Path, seed: int) -> dict[str, float]:
             **{kind: float(exact[[k == kind for k in kinds]].float().mean()) for kind in QUESTION_TYPES}}
 
 
-def host(machine: str) -> str:
-    """The CPU model a machine line (``harness.Machine.line``) names."""
-    return machine.removeprefix("Machine: ").split(",", 1)[0]
-
-
 def render(rows: list[dict]) -> str:
     """One line per candidate: each measure as mean ± sample std (every seed's value) over the seeds it ran."""
     by_name: dict[tuple[str, str], list[dict]] = {}
     for r in rows:  # a candidate's runs on one CPU model: another one rounds differently and runs at its own speed
-        by_name.setdefault((r["name"], host(r["machine"])), []).append(r)
+        by_name.setdefault((r["name"], machine_cpu(r["machine"])), []).append(r)
     table = markdown_table(["candidate", "CPU", "options", "seeds", "steps trained", "val exact", *QUESTION_TYPES,
                             "train wall (s)"], [
         [name, cpu, f"`{json.dumps(runs[0]['options'])}`", ", ".join(str(r["seed"]) for r in runs),

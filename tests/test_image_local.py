@@ -56,7 +56,7 @@ def test_patch_cnn_reads_conv_weight_order() -> None:
 
 
 def test_patch_cnn_convolves_in_channels_last_order() -> None:
-    """Every conv and pool gets its input channels-last, the order oneDNN runs about 2x faster on CPU
+    """Every conv and pool gets its input channels-last, the order oneDNN runs 1.3-1.6x as fast on CPU
     (benchmarks/results/patch_cnn.md); the values are the NCHW ones (the test above)."""
     cnn = PatchCNN(3, 8, 12, width=4, depth=2)
     orders: list[bool] = []

@@ -66,8 +66,8 @@ class PatchCNN(nn.Module):
     def forward(self, patches: Tensor) -> Tensor:  # [..., C*P*P] -> [..., d]
         lead = patches.shape[:-1]
         x = patches.reshape(-1, self.channels, self.patch_size, self.patch_size)  # [B*N, C, P, P]: patches apart
-        # channels-last: oneDNN's convolutions and max-pools run about 2x faster in it on CPU
-        # (benchmarks/results/patch_cnn.md); the values are the same, only the memory order differs
+        # channels-last: oneDNN's convolutions and max-pools run 1.3-1.6x as fast in it on CPU
+        # (benchmarks/results/patch_cnn.md); the same function, its sums taken in another order
         x = x.contiguous(memory_format=torch.channels_last)
         x = self.convs(x)  # [B*N, c, s, s]
         return self.out(rearrange(x, "n c h w -> n (c h w)")).reshape(*lead, -1)
