@@ -102,3 +102,29 @@ def test_device_auto_selection_and_bad_devices():
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CUDA is not available"):
             select_device("cuda")
+
+
+WORKER_ABORTS = """
+import os
+from tokformer.runtime.distributed import process_group
+
+def abort_in_rank_one():
+    os.abort()  # as a C++ library's failed check does
+
+with process_group("cpu") as d:
+    if d.rank == 1:
+        abort_in_rank_one()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not dist.is_gloo_available(), reason="needs the gloo backend")
+def test_a_rank_killed_by_a_signal_prints_where_it_was(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER_ABORTS)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "Fatal Python error: Aborted" in done.stderr, done.stderr[-3000:]
+    assert 'in abort_in_rank_one' in done.stderr, "the dying rank's stack names the function it died in"

@@ -8,6 +8,7 @@ process takes GPU ``LOCAL_RANK``. Only rank 0 writes files and prints.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -81,6 +82,10 @@ def process_group(device_name: str) -> Iterator[Dist]:
     if world == 1:
         yield Dist(0, 1, 0, device)
         return
+    if not faulthandler.is_enabled():
+        # torchrun reports a worker killed by a signal (SIGABRT from a C++ library, SIGSEGV) only by its
+        # number; this rank then prints each thread's Python stack first, so the report says where
+        faulthandler.enable()
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
