@@ -131,6 +131,9 @@ MODULES: dict[str, Module] = {
                         "x_reworded x__fill x__phrase x__quadrant_options x_trained_questions",
                         why="the built-in questions' wording: phrasings filled in, reworded, and the questions "
                             "training can ask"),
+    "vision_language": _m("tokformer/segments.py tokformer/vision_language.py",
+                          "tests/test_segments.py tests/test_vision_language.py "
+                          "tests/test_mutation_vision_language*.py"),
 }
 
 INTRO = (
@@ -252,6 +255,11 @@ FINDINGS: list[str] = [
     "the bpe_train and bpe verdicts below were redone that way. The other modules' timeouts (bpe_merge 3, "
     "baselines 2) are loops that no longer end (a linked list without its end mark, a chunk loop stepping by 1) "
     "or a long piece sent down the quadratic path: slow for real.",
+    "Vision-language core (image and text tokens in one sequence): its tests checked what the model computes "
+    "in float32 on one CPU, so the type table's documented N(0, 0.02) start, a segment keeping its embedder's "
+    "dtype, the tied head having no bias, the refusal of a text embedder without a table of width d_model (an "
+    "AttributeError or no refusal at all survived) and the prefix-LM mask's device went unchecked "
+    "(tests/test_mutation_vision_language.py).",
 ]
 
 # What `python benchmarks/mutation.py` runs: the modules that fit about 90 minutes on one core (measured in
@@ -359,6 +367,10 @@ _STRICT_SPLIT = ("the split's sizes have one entry per Hugging Face part, so the
 _LEARNED_DEFAULT = "the lm config's position default is 'learned', what GPT-2 uses"
 
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    # vision_language
+    "tokformer.vision_language.xǁVisionLanguageModelǁ__init____mutmut_28": (
+        "self.head = nn.Linear(cfg.d_model, table.num_embeddings, bias=None)",
+        "nn.Linear reads bias as a truth value: None builds no bias, as False does"),
     # vqa_answers
     "tokformer.tasks.vqa.xǁQuestionOnlyǁfit__mutmut_6": ("by_question[e.question][e.answer] += 2",
                                                         "doubling every count keeps their order"),
