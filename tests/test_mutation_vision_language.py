@@ -94,3 +94,12 @@ def test_the_prefix_lm_mask_is_built_on_the_tokens_device(tokenizers, monkeypatc
     model = build(tokenizers)
     model(*inputs(tokenizers, ["how many birds?"], ["three"]))
     assert asked == [torch.device("cpu")]
+
+
+def test_a_stack_with_registers_is_refused(tokenizers) -> None:
+    """Registers are global tokens under an explicit mask: in a prefix-LM they would let an answer token
+    read the tokens after it (through a register, one layer later), so teacher forcing would cheat."""
+    image_tok, text_tok = tokenizers
+    with pytest.raises(ValueError, match="n_registers=0"):
+        VisionLanguageModel(image_tok.build_embedder(D), text_tok.build_embedder(D),
+                            TransformerConfig(d_model=D, n_heads=2, n_layers=2, n_registers=1))

@@ -94,7 +94,6 @@ class LayerScale(nn.Module):
 
     def __init__(self, dim: int, init_value: float) -> None:
         super().__init__()
-        self.init_value = init_value
         self.gamma = nn.Parameter(torch.full((dim,), float(init_value)))
 
     def forward(self, x: Tensor) -> Tensor:

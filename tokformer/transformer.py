@@ -76,7 +76,6 @@ class Encoder(nn.Module):
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.cfg = cfg
         self.registers = nn.Parameter(torch.zeros(1, cfg.n_registers, cfg.d_model)) if cfg.n_registers else None
         self.rotary = _rotary(cfg)
         self.norm_pre = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.input_norm else nn.Identity()
@@ -105,8 +104,10 @@ class Encoder(nn.Module):
                 positions followed by the N new ones.
             is_causal: forbid attending to later positions.
             attn_mask: extra bool/additive mask or bias, broadcastable to ``[B, H, N, Nk]``,
-                or a :class:`~tokformer.sparse_attention.SparsePattern` (registers join it as
-                global tokens).
+                or a :class:`~tokformer.sparse_attention.SparsePattern`. Registers join either
+                as global tokens (they see every token, every token sees them), so the mask
+                must be bidirectional; causal attention is ``is_causal``, under which the
+                registers are a prefix that sees only itself.
             caches: one KVCache per block, for incremental decoding.
             positions: the N tokens' positions ``[B, N]`` / ``[B, N, 2]``; needed (only)
                 with rotary embeddings.
@@ -140,7 +141,6 @@ class Decoder(nn.Module):
         super().__init__()
         if cfg.n_registers:
             raise ValueError("register tokens belong to encoders; a decoder reads its memory instead")
-        self.cfg = cfg
         self.rotary = _rotary(cfg)
         self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.n_layers))
         self.norm = _final_norm(cfg)

@@ -44,6 +44,9 @@ class VisionLanguageModel(nn.Module):
         table = getattr(text_embedder, "tokens", None)
         if not isinstance(table, nn.Embedding) or table.embedding_dim != cfg.d_model:
             raise ValueError("the text embedder needs an id table (tokens) of width d_model, for the tied head")
+        if cfg.n_registers:  # the encoder's registers are global tokens under an explicit mask
+            raise ValueError("register tokens see every token: under the prefix-LM mask they would carry each "
+                             "answer token back to the ones before it; build the stack with n_registers=0")
         self.segments = SegmentEmbedder({"image": image_embedder, "prompt": text_embedder,
                                          "answer": text_embedder}, cfg.d_model)
         self.encoder = Encoder(cfg)
