@@ -136,6 +136,13 @@ MODULES: dict[str, Module] = {
                       "tests/test_init.py tests/test_attention.py tests/test_attn_bias.py tests/test_seq2seq.py "
                       "tests/test_generation.py tests/test_segments.py tests/test_vision_language.py "
                       "tests/test_mutation_transformer*.py"),
+    "models": _m("tokformer/embedding.py tokformer/positional.py tokformer/heads.py tokformer/language_model.py "
+                 "tokformer/seq2seq.py tokformer/classifier.py",
+                 "tests/test_positional.py tests/test_heads.py tests/test_seq2seq.py tests/test_generation.py "
+                 "tests/test_attn_bias.py tests/test_init.py tests/test_batch.py tests/test_lm_generate.py "
+                 "tests/test_timm_interop.py tests/test_modern_layers.py tests/test_translate_task.py "
+                 "tests/test_classify_task.py tests/test_graph_task.py tests/test_export.py "
+                 "tests/test_mutation_models*.py"),
     "vision_language": _m("tokformer/segments.py tokformer/vision_language.py",
                           "tests/test_segments.py tests/test_vision_language.py "
                           "tests/test_mutation_vision_language*.py"),
@@ -278,6 +285,15 @@ FINDINGS: list[str] = [
     "registers are global tokens under an explicit mask, so under a causal or prefix-LM mask they carry later "
     "tokens back to earlier ones one layer later. `is_causal` keeps them a causal prefix; the encoder's docs now "
     "say an explicit mask must be bidirectional, and the vision-language model refuses registers.",
+    "Models around the core (embedder, position codes, heads, causal LM, encoder-decoder, classifier): 468 mutants;"
+    " 69 survived the quick tier of their tests and the tasks' (75 without the tasks'), before "
+    "tests/test_mutation_models.py (the table's first column counts a later full run, after the change below, with "
+    "most new tests in place). Padding invariance of the classifier (its encoder mask and its pooling mask) and of "
+    "the encoder-decoder's left-padded targets, rotary positions reaching either stack of the encoder-decoder, "
+    "cached decoding over left padding in both generators, `padded=False` leaving the mask unread, the heads' ties,"
+    " biases and initial scale, mean pooling's prefix and a lone token, and the position codes' base, dtype and "
+    "device were unchecked. `ClassificationHead(d, n)` with its defaults raised (pool 'cls' needs a class token, "
+    "n_prefix defaulted to 0): the default is now 1.",
 ]
 
 # What `python benchmarks/mutation.py` runs: the modules that fit about 90 minutes on one core (measured in
@@ -385,6 +401,38 @@ _STRICT_SPLIT = ("the split's sizes have one entry per Hugging Face part, so the
 _LEARNED_DEFAULT = "the lm config's position default is 'learned', what GPT-2 uses"
 
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    # models
+    "tokformer.language_model.xǁCausalLMǁ__init____mutmut_8": (
+        "self.head = nn.Linear(cfg.d_model, vocab_size, bias=None)",
+        "nn.Linear reads bias as a truth value: None builds no bias, as False does"),
+    "tokformer.seq2seq.xǁSeq2Seqǁ__init____mutmut_12": (
+        "self.head = nn.Linear(decoder_cfg.d_model, tgt_vocab_size, bias=None)",
+        "nn.Linear reads bias as a truth value: None builds no bias, as False does"),
+    "tokformer.positional.x_sinusoidal_encoding__mutmut_38": (
+        'return rearrange(torch.stack((angles.sin(), angles.cos()), dim=-1), "... H TWO -> ... (H TWO)")', _EINOPS),
+    "tokformer.positional.x_sinusoidal_encoding__mutmut_13": (
+        "torch.arange(0, d_model, 2, device=positions.device, dtype=None) * (-math.log(base) / d_model)",
+        "the int64 steps times a float32 scale are the same float32 frequencies"),
+    "tokformer.positional.x_sinusoidal_encoding__mutmut_18": (
+        "torch.arange(0, d_model, 2, device=positions.device, ) * (-math.log(base) / d_model)",
+        "the int64 steps times a float32 scale are the same float32 frequencies"),
+    "tokformer.positional.xǁSinCos2DPositionsǁforward__mutmut_2": (
+        "half = self.d_model / 2",
+        "d_model is divisible by 4: arange and the frequency scale read the float half as the int one"),
+    "tokformer.heads.x_masked_mean__mutmut_6": (
+        "weights = mask.to(None).unsqueeze(-1)  # [B, N, 1]",
+        "a bool mask times the tokens is promoted to their dtype, and its int64 count divides them alike"),
+    "tokformer.heads.xǁAttentionPoolǁforward__mutmut_10": (
+        "query = self.latent.expand(x.shape[0], +1, -1).to(x.dtype)  # [B, 1, d]",
+        "the latent's query dim is 1: expanding it to 1 and keeping it (-1) are the same"),
+    "tokformer.heads.xǁAttentionPoolǁforward__mutmut_2": (
+        "query = self.latent.expand(x.shape[0], -1, -1).to(None)  # [B, 1, d]",
+        "outside autocast the latent and the tokens share the model's dtype; under it the query projection casts "
+        "the latent itself"),
+    "tokformer.language_model.xǁCausalLMǁfeatures__mutmut_8": (
+        "if cached_length(None) == 0:  # no padding, promised or found: SDPA's fused causal kernel",
+        "with a cache, the key mask then passes through padding_or_none, which returns None only for a mask "
+        "without padding: the same attention (padded=False with padding breaks its own promise)"),
     # transformer
     "tokformer.transformer.xǁEncoderǁforward__mutmut_25": (
         "mask = _pad_front(mask, n_reg, None) if mask is not None else None",

@@ -87,7 +87,7 @@ class ClassificationHead(nn.Module):
         n_classes: int,
         *,
         pool: Pooling = "cls",
-        n_prefix: int = 0,
+        n_prefix: int = 1,
         norm: bool = False,
         norm_eps: float = 1e-6,
         dropout: float = 0.0,
