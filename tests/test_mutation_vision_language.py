@@ -5,27 +5,19 @@ bias, the text embedder's check, and the prefix-LM mask built on the tokens' dev
 from __future__ import annotations
 
 import pytest
+import test_vision_language
 import torch
-from test_vision_language import SPECIALS, build, inputs
+from test_vision_language import build, inputs
 from torch import nn
 
 import tokformer.vision_language as vision_language
 from tokformer.batch import TokenBatch
 from tokformer.config import TransformerConfig
 from tokformer.segments import SegmentEmbedder
-from tokformer.tokenizers import BPETokenizer
-from tokformer.tokenizers.image import ImagePatchTokenizer
 from tokformer.vision_language import VisionLanguageModel
 
 D = 16
-
-
-@pytest.fixture(scope="module")
-def tokenizers():
-    image_tok = ImagePatchTokenizer(patch_size=8, image_size=16, class_token=False)
-    text_tok = BPETokenizer.train(["how many birds? three birds. two birds. is it a bird? yes no"] * 3, 300,
-                                  special_tokens=SPECIALS)
-    return image_tok, text_tok
+tokenizers = test_vision_language.tokenizers  # the same module-scoped fixture
 
 
 class Features(nn.Module):
