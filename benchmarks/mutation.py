@@ -956,30 +956,42 @@ def in_process(pyproject: str) -> str:
 
 
 def source_hash(module: Module) -> str:
-    """What the module's mutants are made from: its files, or, for a module scoped to some functions, the
-    source of those functions alone (an edit elsewhere in the file makes no mutant of it new or old)."""
+    """What the module's mutants are made from: the code of its files, or, for a module scoped to some
+    functions, of those functions alone (an edit elsewhere in the file makes no mutant of it new or old).
+    Code, not text: mutmut mutates neither comments nor docstrings, so editing them leaves the result current."""
     h = hashlib.sha256()
     for f in module.files:
+        tree = ast.parse((REPO / f).read_text(encoding="utf-8"))
         if not module.functions:
-            h.update((REPO / f).read_bytes())
+            h.update(code_only(tree).encode())
             continue
-        for key, source in scoped_functions(REPO / f, module.functions):
-            h.update(f"{key}\n{source}\n".encode())
+        for key, node in scoped_definitions(tree, module.functions):
+            h.update(f"{key}\n{code_only(node)}\n".encode())
     return h.hexdigest()[:16]
 
 
-def scoped_functions(path: Path, patterns: Sequence[str]) -> list[tuple[str, str]]:
-    """(mutmut key, source) of each top-level function and method of ``path`` whose key (``x_func``,
-    ``xǁClassǁmethod``) matches one of ``patterns``, in file order."""
-    text = path.read_text(encoding="utf-8")
-    found = []
-    for node in ast.parse(text).body:
+def code_only(node: ast.AST) -> str:
+    """``node`` as ``ast.dump`` writes it, with every docstring left out (comments and layout never reach
+    the tree). Changes the tree it is given."""
+    for item in ast.walk(node):
+        body = getattr(item, "body", None)
+        if (isinstance(item, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            item.body = body[1:]
+    return ast.dump(node)
+
+
+def scoped_definitions(tree: ast.Module, patterns: Sequence[str]) -> list[tuple[str, ast.AST]]:
+    """(mutmut key, node) of each top-level function and method whose key (``x_func``, ``xǁClassǁmethod``)
+    matches one of ``patterns``, in file order."""
+    found: list[tuple[str, ast.AST]] = []
+    for node in tree.body:
         defs = [(f"x_{node.name}", node)] if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else []
         if isinstance(node, ast.ClassDef):
             defs = [(f"xǁ{node.name}ǁ{item.name}", item) for item in node.body
                     if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)]
-        found += [(key, ast.get_source_segment(text, item) or "") for key, item in defs
-                  if any(fnmatch.fnmatch(key, pattern) for pattern in patterns)]
+        found += [(key, item) for key, item in defs if any(fnmatch.fnmatch(key, pattern) for pattern in patterns)]
     return found
 
 

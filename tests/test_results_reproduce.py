@@ -356,20 +356,26 @@ def test_a_vqa_calibration_candidate_run_on_two_cpu_models_is_two_rows() -> None
 
 
 def test_a_function_scoped_mutation_module_goes_stale_only_when_its_functions_change(tmp_path, monkeypatch) -> None:
-    """A module scoped to some functions hashes their source alone: an edit elsewhere in the file makes no
-    mutant of it new, so its result stays current; an edit inside one of them marks it, as any edit marks a
-    whole-file module."""
+    """A module scoped to some functions hashes their code alone: an edit elsewhere in the file makes no
+    mutant of it new, so its result stays current; an edit inside one of them marks it, as any edit of code
+    marks a whole-file module. Docstrings and comments are no code: mutmut makes no mutant of them."""
+    import ast
+
     import mutation
 
     source = tmp_path / "pkg.py"
-    write = lambda helper, step: source.write_text(
-        f"def helper():\n    return {helper}\n\n\nclass Task:\n    def step(self):\n        return {step}\n\n"
-        "    def other(self):\n        return 0\n", encoding="utf-8")
+    write = lambda helper, step, note="": source.write_text(
+        f'"""A module{note}."""\n\n\ndef helper():\n    return {helper}\n\n\nclass Task:\n    def step(self):\n'
+        f'        """One step{note}."""\n        return {step}  # the step{note}\n\n    def other(self):\n'
+        "        return 0\n", encoding="utf-8")
     monkeypatch.setattr(mutation, "REPO", tmp_path)
     scoped, whole = mutation.Module(("pkg.py",), (), ("xǁTaskǁst*",)), mutation.Module(("pkg.py",), ())
     write(1, 2)
-    assert mutation.scoped_functions(source, scoped.functions) == [("xǁTaskǁstep", "def step(self):\n        return 2")]
+    found = mutation.scoped_definitions(ast.parse(source.read_text(encoding="utf-8")), scoped.functions)
+    assert [key for key, _ in found] == ["xǁTaskǁstep"]
     first = (mutation.source_hash(scoped), mutation.source_hash(whole))
+    write(1, 2, note=", reworded")
+    assert (mutation.source_hash(scoped), mutation.source_hash(whole)) == first, "docstrings and comments"
     write(5, 2)
     second = (mutation.source_hash(scoped), mutation.source_hash(whole))
     assert second[0] == first[0] and second[1] != first[1]

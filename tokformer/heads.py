@@ -72,7 +72,8 @@ class ClassificationHead(nn.Module):
         pool: ``cls`` (token 0 is the summary), ``mean`` (masked mean of non-prefix tokens)
             or ``map`` (attention pooling over non-prefix tokens).
         n_prefix: leading tokens that are not content (class or register tokens); mean
-            and attention pooling skip them.
+            and attention pooling skip them. One by default, the class token ``cls`` reads;
+            pooling tokens without a class token takes ``n_prefix=0``.
         norm: LayerNorm after pooling (timm's ``fc_norm``; pair it with an encoder built
             with ``final_norm=False``).
         norm_eps: epsilon of that LayerNorm.
