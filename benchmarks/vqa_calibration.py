@@ -32,56 +32,47 @@ from tokformer.tasks.vqa_data import QUESTION_TYPES, bird_questions
 
 JSONL = RESULTS / "vqa_calibration.jsonl"
 VAL_SIZE = 2000
+# `tokformer train vqa`'s defaults (its train defaults, patch size and CNN width), which each later candidate
+# varies in one or two options; the first three ran with a width-32 CNN for 3,000 steps
+DEFAULTS = dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32, cnn_width=8)
+WIDTH32_3K = dict(steps=3000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=500, patch_size=32, cnn_width=32)
 CANDIDATES: dict[str, dict] = {  # each about 8 minutes on 2 cores
     # 16 px patches: a bird (about 23 px wide, jittered about its quadrant's centre) falls across
     # its quadrant's four patches; 32 px patches: one token per quadrant, the whole bird in it
     # its row was measured by this script's previous version (every 100 steps an evaluation, the best checkpoint
     # validated), its rerun stopped for time
-    "local-p16-lr1e-3": dict(steps=3000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=500, patch_size=16,
-                             cnn_width=32),
-    "local-p32-lr1e-3": dict(steps=3000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=500, patch_size=32,
-                             cnn_width=32),
-    "local-p32-lr2e-3": dict(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200, eval_every=500, patch_size=32,
-                             cnn_width=32),
+    "local-p16-lr1e-3": {**WIDTH32_3K, "patch_size": 16},
+    "local-p32-lr1e-3": WIDTH32_3K,
+    "local-p32-lr2e-3": {**WIDTH32_3K, "lr": 2e-3},
     # the same 10 minutes spent on more steps: the question-routing types left their plateau only after
     # 5,000-11,500 steps (vqa_12000.md at commit 0d9d729: the width-32 CNN at 12,000 steps, 1465 s), and that
     # CNN took 80% of a step's time
-    "local-w8-9k": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
-                        cnn_width=8),
-    "local-w16-d1-9k": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
-                            cnn_width=16, cnn_depth=1),
+    "local-w8-9k": DEFAULTS,
+    "local-w16-d1-9k": {**DEFAULTS, "cnn_width": 16, "cnn_depth": 1},
     # the same budget over more scenes: with 20,000 the held-out loss rose after 2,000-4,000 steps (14 epochs
     # in all); drawing a scene takes about 1 ms and holding one 13 kB
-    "local-w8-9k-60k": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
-                            cnn_width=8, train_size=60000),
-    "local-w8-9k-100k": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
-                             cnn_width=8, train_size=100000),
+    "local-w8-9k-60k": {**DEFAULTS, "train_size": 60000},
+    "local-w8-9k-100k": {**DEFAULTS, "train_size": 100000},
     # the picture tokens' 2-D sin/cos codes on the 2 x 2 grid are 1.17 apart between neighbours (1.66 across a
     # diagonal; cosines 0.96-0.98) against a code norm of 5.66 (d = 64); the birds experiment's Transformers
     # compared birds only with a learned table (docs/birds.md, "The position code"): the same one here, drawn at
     # unit variance
-    "local-w8-9k-lpos": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
-                             cnn_width=8, position="learned"),
+    "local-w8-9k-lpos": {**DEFAULTS, "position": "learned"},
     # facing is in the pixels but the defaults' tokens barely carry it (vqa.md: a linear probe reads 0.62 from
     # them, the same tokenizer trained on facing alone 0.98), and the answer does not gather a comparison's second
     # bird: both are what more steps or a faster start might buy; the channels-last CNN (patch_cnn.md) makes a
     # step cheaper, and 12,000 steps is what the width-32 CNN needed to route (vqa_12000.md at commit 0d9d729)
-    "local-w8-12k": dict(steps=12000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
-                         cnn_width=8),
-    "local-w8-9k-lr2e-3": dict(steps=9000, batch_size=32, lr=2e-3, warmup_steps=200, eval_every=1000,
-                               patch_size=32, cnn_width=8),
+    "local-w8-12k": {**DEFAULTS, "steps": 12000},
+    "local-w8-9k-lr2e-3": {**DEFAULTS, "lr": 2e-3},
     # the width-32 CNN learnt facing at 12,000 steps, the width-8 one did not (above): twice the width, same steps
-    "local-w16-9k": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
-                         cnn_width=16),
+    "local-w16-9k": {**DEFAULTS, "cnn_width": 16},
     # a comparison needs a picture token to learn it is asked about (from the question) and the answer to gather
     # two such tokens, a facing answer one bird's shape: a third block gives both more room at the same steps
-    "local-w8-9k-l3": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
-                           cnn_width=8, n_layers=3),
+    "local-w8-9k-l3": {**DEFAULTS, "n_layers": 3},
     # the training loss falls while the held-out one rises after 2,000-4,000 steps (14 passes over 20,000 scenes),
     # and the routing types leave a plateau late: memorising and generalising compete, which a stronger decay of
     # the weight matrices shifts toward the general solution in small Transformers (the grokking studies: 1.0)
-    "local-w8-9k-wd1": dict(steps=9000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
-                            cnn_width=8, weight_decay=1.0),
+    "local-w8-9k-wd1": {**DEFAULTS, "weight_decay": 1.0},
     "linear-12k": dict(steps=12000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
                        tokenizer="linear"),
 }
