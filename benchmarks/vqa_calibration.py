@@ -73,6 +73,11 @@ CANDIDATES: dict[str, dict] = {  # each about 8 minutes on 2 cores
     # and the routing types leave a plateau late: memorising and generalising compete, which a stronger decay of
     # the weight matrices shifts toward the general solution in small Transformers (the grokking studies: 1.0)
     "local-w8-9k-wd1": {**DEFAULTS, "weight_decay": 1.0},
+    # facing is which end of a bird its beak is at: a relation across the whole bird (about 19 px beak to tail at
+    # scale 1, up to 23 px), while the default CNN's units see 10 px (two 3x3 convs, each then a 2x2 max-pool), so
+    # only its final linear map could relate beak to tail, and that at every position a bird takes in its patch;
+    # a third stage sees 22 px and leaves a 4 x 4 map: the whole bird in one unit's field
+    "local-w8-9k-d3": {**DEFAULTS, "cnn_depth": 3},
     "linear-12k": dict(steps=12000, batch_size=32, lr=1e-3, warmup_steps=200, eval_every=1000, patch_size=32,
                        tokenizer="linear"),
 }
