@@ -146,6 +146,10 @@ MODULES: dict[str, Module] = {
     "vision_language": _m("tokformer/segments.py tokformer/vision_language.py",
                           "tests/test_segments.py tests/test_vision_language.py "
                           "tests/test_mutation_vision_language*.py"),
+    "image_tokenizer": _m("tokenizers/image.py tokenizers/image_local.py",
+                          "tests/test_image_tokenizer.py tests/test_image_local.py tests/test_hostile_inputs.py "
+                          "tests/test_fuzz_tokenizers.py tests/test_timm_interop.py tests/test_timm_rope.py "
+                          "tests/test_export.py tests/test_mutation_image_tokenizer*.py"),
 }
 
 INTRO = (
@@ -294,6 +298,16 @@ FINDINGS: list[str] = [
     " biases and initial scale, mean pooling's prefix and a lone token, and the position codes' base, dtype and "
     "device were unchecked. `ClassificationHead(d, n)` with its defaults raised (pool 'cls' needs a class token, "
     "n_prefix defaulted to 0): the default is now 1.",
+    "Image tokenizers (linear and per-patch CNN patches): 906 mutants; 125 survived (9 of them reached no test) "
+    "before tests/test_mutation_image_tokenizer.py. Nothing checked that the sin/cos code reaches the tokens at all "
+    "(dropping it, or subtracting it, survived), that the local tokenizer's embedder is its CNN (a linear projection "
+    "in its place survived: the test that a token sees only its own patch holds for both) with the CNN's width and "
+    "its pooling rule, that the learned table is gathered for tokens out of grid order (that path had no test) and "
+    "skipped for the usual batch, that a table resamples a non-square grid and antialiases bilinear like timm, that "
+    "the position code takes the tokens' dtype under autocast, the tokens' device, the defaults, a palette's "
+    "transparency, the class token and table kept out of weight decay (no test reached it), and four error "
+    "messages. No wrong behaviour was found; the 19 left are documented equivalents (torchvision and PIL defaults, "
+    "einops names, casts).",
 ]
 
 # What `python benchmarks/mutation.py` runs: the modules that fit about 90 minutes on one core (measured in
@@ -400,7 +414,62 @@ _STRICT_SPLIT = ("the split's sizes have one entry per Hugging Face part, so the
                  "length; strict only guards a mistake the sizes rule out")
 _LEARNED_DEFAULT = "the lm config's position default is 'learned', what GPT-2 uses"
 
+_AXIS_INFERRED = "einops infers the one axis size left out from the table's h * w rows: the same rearrangement"
+_ANTIALIAS_DEFAULT = "torchvision's v2 resize defaults to antialias=True"
+_TO_DTYPE_DEFAULT = "torchvision's to_dtype defaults to float32"
+
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    # image_tokenizer
+    "tokformer.tokenizers.image.x_resample_grid_table__mutmut_11": (
+        'grid = rearrange(table.float(), "1 (h w) d -> 1 d h w", w=old[1])', _AXIS_INFERRED),
+    "tokformer.tokenizers.image.x_resample_grid_table__mutmut_12": (
+        'grid = rearrange(table.float(), "1 (h w) d -> 1 d h w", h=old[0], )', _AXIS_INFERRED),
+    "tokformer.tokenizers.image.x_resample_grid_table__mutmut_21": (
+        'grid = F.interpolate(grid, size=new, mode=mode, align_corners=None, '
+        'antialias=mode in ("bilinear", "bicubic"))',
+        _ALIGN_DEFAULT),
+    "tokformer.tokenizers.image.x_resample_grid_table__mutmut_26": (
+        'grid = F.interpolate(grid, size=new, mode=mode, antialias=mode in ("bilinear", "bicubic"))', _ALIGN_DEFAULT),
+    "tokformer.tokenizers.image.x_resample_grid_table__mutmut_40": (
+        'return rearrange(grid, "1 D H W -> 1 (H W) D").to(table.dtype)', _EINOPS),
+    "tokformer.tokenizers.image.xǁImagePatchTokenizerǁ_align__mutmut_50": (
+        "return TF.resize(image, size, interpolation=mode, )", _ANTIALIAS_DEFAULT),
+    "tokformer.tokenizers.image.xǁImagePatchTokenizerǁ_check__mutmut_10": (
+        "elif self.patch_size > 1 and any(s % self.patch_size for s in self.image_size):",
+        "every size is a multiple of 1: a 1 px patch never takes the branch's second test"),
+    "tokformer.tokenizers.image.xǁImagePatchTokenizerǁ_match_channels_batch__mutmut_7": (
+        "images = TF.to_dtype(images, scale=True)", _TO_DTYPE_DEFAULT),
+    "tokformer.tokenizers.image.xǁImagePatchTokenizerǁpreprocess__mutmut_24": (
+        "image = TF.resize(image, list(self.image_size), interpolation=mode, )", _ANTIALIAS_DEFAULT),
+    "tokformer.tokenizers.image.xǁImagePatchTokenizerǁto_tensor__mutmut_31": (
+        "sample = sample.convert(None)",
+        ("PIL's convert() without a mode turns a palette with transparency into RGBA (one without into RGB): "
+         "the same pixels as asking for RGBA")),
+    "tokformer.tokenizers.image.xǁImagePatchTokenizerǁto_tensor__mutmut_32": (
+        'sample = sample.convert("XXRGBAXX")',
+        ("PIL turns a palette image asked for an unknown mode into RGB, without the warning: the same pixels "
+         "(the RGBA step only keeps PIL from warning, which the palette test checks)")),
+    "tokformer.tokenizers.image.xǁImagePatchTokenizerǁto_tensor__mutmut_33": (
+        'sample = sample.convert("rgba")',
+        "PIL reads mode names in any case: 'rgba' is RGBA"),
+    "tokformer.tokenizers.image.xǁImagePatchTokenizerǁto_tensor__mutmut_45": (
+        "return TF.to_dtype(TF.to_image(sample), scale=True)", _TO_DTYPE_DEFAULT),
+    "tokformer.tokenizers.image.xǁImagePatchTokenizerǁto_tensor__mutmut_68": (
+        "image = TF.to_dtype(image, scale=True)  # uint8 0..255 -> 0..1", _TO_DTYPE_DEFAULT),
+    "tokformer.tokenizers.image.xǁPatchEmbedderǁ_learned__mutmut_46": (
+        "chosen = (grids == grids.new_tensor([gh, gw])).all(dim=+1)  # [B]",
+        "grids is [B, 2]: dim 1 is its last dim"),
+    "tokformer.tokenizers.image.xǁPatchEmbedderǁ_learned__mutmut_49": (
+        "out[chosen] = F.embedding(rows[chosen] * gw + cols[chosen], self.grid_table((gh, gw))).to(None)",
+        "assigning into out[chosen] casts to out's dtype anyway"),
+    "tokformer.tokenizers.image.xǁPatchEmbedderǁforward__mutmut_36": (
+        "x = torch.cat((cls.expand(x.shape[0], +1, -1), x), dim=1)",
+        "the class token's middle dim is 1: expand(B, 1, -1) and expand(B, -1, -1) are the same view"),
+    "tokformer.tokenizers.image_local.xǁPatchCNNǁ__init____mutmut_49": (
+        "nn.init.kaiming_normal_(layer.weight, )",
+        "kaiming_normal_'s default, leaky_relu with slope 0, has ReLU's gain (sqrt 2)"),
+    "tokformer.tokenizers.image_local.xǁPatchCNNǁforward__mutmut_28": (
+        'return self.out(rearrange(x, "N C H W -> N (C H W)")).reshape(*lead, -1)', _EINOPS),
     # models
     "tokformer.language_model.xǁCausalLMǁ__init____mutmut_8": (
         "self.head = nn.Linear(cfg.d_model, vocab_size, bias=None)",
