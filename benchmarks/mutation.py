@@ -150,12 +150,17 @@ MODULES: dict[str, Module] = {
                           "tests/test_image_tokenizer.py tests/test_image_local.py tests/test_hostile_inputs.py "
                           "tests/test_fuzz_tokenizers.py tests/test_timm_interop.py tests/test_timm_rope.py "
                           "tests/test_export.py tests/test_mutation_image_tokenizer*.py"),
+    "graph_tokenizer": _m("tokenizers/graph.py tokenizers/laplacian.py tokenizers/graph_layers.py",
+                          "tests/test_graph_tokenizer.py tests/test_laplacian.py tests/test_graph_layers.py "
+                          "tests/test_fuzz_tokenizers.py tests/test_graph_task.py tests/test_export.py "
+                          "tests/test_mutation_graph_tokenizer*.py"),
 }
 
 INTRO = (
     "Each mutant runs the quick-tier tests (`-m \"not slow\"`) of its module's guarding test files that call the "
     "mutated function (mutmut traces that in one run first), fastest first, stopping at the first failure. "
-    "*killed* includes timeouts (a mutant that hangs a test is caught); *killed of non-equivalent* = killed / "
+    "*killed* includes timeouts (a mutant that hangs a test is caught) and crashes of the tests' process; "
+    "*killed of non-equivalent* = killed / "
     "(mutants - equivalent). *survived the tests as they were*: the first run's survivors (or no test at all), "
     "before the new quick-tier tests (`tests/test_mutation_*.py`, one in `tests/test_engine_sharded_checkpoint.py`) "
     "that now kill all but the ones listed per module below. "
@@ -308,6 +313,17 @@ FINDINGS: list[str] = [
     "transparency, the class token and table kept out of weight decay (no test reached it), and four error "
     "messages. No wrong behaviour was found; the 19 left are documented equivalents (torchvision and PIL defaults, "
     "einops names, casts).",
+    "Graph tokenizer (node tokens, Laplacian eigenvectors, SignNet, the attention bias table): 1,131 mutants; 127 "
+    "survived before tests/test_mutation_graph_tokenizer.py (the table counts a later full run, after `graph_pairs` "
+    "made its graph-token kinds with `full_like` like the others, which left no device or dtype to get wrong). GIN's "
+    "formula was unchecked (subtracting the neighbours' sum, or 1 - eps, survived), and so were SignNet's rho and "
+    "the GELU between its GIN layers, the graph embedder keeping positions off the graph token, the bias table per "
+    "mode (an edge's start only under `bias`; no table under `full`), the tokenizer's edge bias, SignNet width and "
+    "layers and dropout reaching the model, the eigensolver chosen by size (dense up to 200 nodes; sparse only while "
+    "fewer pairs than nodes are asked for), a given generator drawing the sign flips, shapes without positions, the "
+    "defaults, and the names in every refusal and attribute error. No wrong behaviour was found. Two mutants that "
+    "crash scipy's eigsh (a start vector of None) now count as killed: a crash fails the tests as surely as an "
+    "assertion.",
 ]
 
 # What `python benchmarks/mutation.py` runs: the modules that fit about 90 minutes on one core (measured in
@@ -327,6 +343,8 @@ _STEP_BATCH_MASK = ("the step's TokenBatch mask is only checked for its shape: _
                     "and the embedder reads ids and positions")
 _FLOAT_ONES = ("an all-ones float key mask is a +1 bias on every kept key (the causal -inf stays): softmax is "
                "shift-invariant, so the step's logits are the same up to rounding")
+_DEVICE_SIGNS = ("leaves the signs on the CPU instead of the positions' device: only a second device shows it, "
+                 "and a meta batch takes CPU operands without complaint; no GPU on this machine")
 _DEVICE = ("builds a tensor on the CPU instead of the input's device: only a second device shows it, and the "
            "meta device cannot stand in here (nonzero() has no meta kernel); no GPU on this machine")
 _ASCII = ("json.dumps escapes every non-ASCII character by default, so state.json and best.json are ASCII: any "
@@ -417,8 +435,71 @@ _LEARNED_DEFAULT = "the lm config's position default is 'learned', what GPT-2 us
 _AXIS_INFERRED = "einops infers the one axis size left out from the table's h * w rows: the same rearrangement"
 _ANTIALIAS_DEFAULT = "torchvision's v2 resize defaults to antialias=True"
 _TO_DTYPE_DEFAULT = "torchvision's to_dtype defaults to float32"
+_SIGNS_DTYPE = "the signs are float32 already, and multiplying in place keeps the positions' dtype"
+_CSR_SHAPE = "the diagonal's entries 0..n-1 make scipy infer the shape (n, n)"
 
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    # graph_tokenizer
+    "tokformer.tokenizers.graph.xǁGraphTokenizerǁ_node_features__mutmut_18": (
+        "degree = torch.bincount(edges[1], minlength=n).float()  # [n], simple undirected degree",
+        "the edge list holds every edge both ways, so each node is as often a key as a query"),
+    "tokformer.tokenizers.graph.xǁGraphTokenizerǁflip_signs__mutmut_15": (
+        "signs = torch.randint(2, (tokens.batch_size, 1, self.k), generator=gen).float() * 2 - 1  # [B, 1, k]",
+        "randint(2, size) is randint(high=2, size): low defaults to 0"),
+    "tokformer.tokenizers.graph.xǁGraphTokenizerǁflip_signs__mutmut_26": (
+        "positions[..., : self.k] /= signs.to(positions.device, positions.dtype)",
+        "dividing by +-1 is multiplying by it, exactly"),
+    "tokformer.tokenizers.graph.xǁGraphTokenizerǁflip_signs__mutmut_27": (
+        "positions[..., : self.k] *= signs.to(None, positions.dtype)", _DEVICE_SIGNS),
+    "tokformer.tokenizers.graph.xǁGraphTokenizerǁflip_signs__mutmut_29": (
+        "positions[..., : self.k] *= signs.to(positions.dtype)", _DEVICE_SIGNS),
+    "tokformer.tokenizers.graph.xǁGraphTokenizerǁflip_signs__mutmut_28": (
+        "positions[..., : self.k] *= signs.to(positions.device, None)", _SIGNS_DTYPE),
+    "tokformer.tokenizers.graph.xǁGraphTokenizerǁflip_signs__mutmut_30": (
+        "positions[..., : self.k] *= signs.to(positions.device, )", _SIGNS_DTYPE),
+    "tokformer.tokenizers.graph_layers.xǁGINǁforward__mutmut_5": (
+        "weight = valid.to(None).view(-1, *[1] * (h.dim() - 1))  # padding edges carry nothing",
+        "a bool weight multiplies into h's dtype: the same products"),
+    "tokformer.tokenizers.graph_layers.xǁGraphAttentionǁ_dense__mutmut_74": (
+        'off = self.bias.new_full((2, self.bias.shape[1]), float("-inf") if self.attention == "mask" else 0.0)',
+        "only row NONE (3), the first appended, is ever indexed: a second appended row is never read"),
+    "tokformer.tokenizers.graph_layers.xǁGraphAttentionǁ_dense__mutmut_80": (
+        'off = self.bias.new_full((1, self.bias.shape[1]), float("-INF") if self.attention == "mask" else 0.0)', _INF),
+    "tokformer.tokenizers.graph_layers.xǁSignNetPositionsǁforward__mutmut_25": (
+        'h = rearrange(signed, "B N S K C -> (B N) S K C")', _EINOPS),
+    "tokformer.tokenizers.graph_layers.xǁSignNetPositionsǁforward__mutmut_54": (
+        "return self.rho(h.flatten(+2))  # [B, N, d]",
+        "h is [B, N, k, c]: dim 2 is dim -2"),
+    "tokformer.tokenizers.laplacian.x__fix_signs__mutmut_9": (
+        "return vectors / np.where(third < 0, -1.0, 1.0)",
+        "dividing by +-1 is multiplying by it, exactly"),
+    "tokformer.tokenizers.laplacian.x__fix_signs__mutmut_16": (
+        "return vectors * np.where(third <= 0, -1.0, 1.0)",
+        ("a column whose third moment is 0 meets the rule (sum(v^3) >= 0) with either sign, so the rule does "
+         "not fix it and no test can ask for one")),
+    "tokformer.tokenizers.laplacian.x__sparse_eigenpairs__mutmut_15": (
+        "values, vectors = eigsh(laplacian.tocsc(), k=m, sigma=_SHIFT, v0=v0)",
+        "eigsh's which defaults to 'LM' (in shift-invert mode: the eigenvalues nearest sigma)"),
+    "tokformer.tokenizers.laplacian.x__sparse_eigenpairs__mutmut_2": (
+        "n = laplacian.shape[1]",
+        "a Laplacian is square"),
+    "tokformer.tokenizers.laplacian.x_laplacian_spectrum__mutmut_24": (
+        "if available >= 0:",
+        ("with no pair available (a one-node graph) the 1 x 1 problem's only pair is the dropped one: the same"
+         " zero-padded result")),
+    "tokformer.tokenizers.laplacian.x_normalized_laplacian__mutmut_28": (
+        "return sp.csr_matrix((data, (np.concatenate((rows, diagonal)), np.concatenate((cols, diagonal)))), "
+        "shape=None)",
+        _CSR_SHAPE),
+    "tokformer.tokenizers.laplacian.x_normalized_laplacian__mutmut_30": (
+        "return sp.csr_matrix((data, (np.concatenate((rows, diagonal)), np.concatenate((cols, diagonal)))), )",
+        _CSR_SHAPE),
+    "tokformer.tokenizers.laplacian.x_normalized_laplacian__mutmut_5": (
+        "degree = np.bincount(rows, minlength=n).astype(None)  # [n]",
+        "numpy's astype(None) is float64"),
+    "tokformer.tokenizers.laplacian.x_undirected_edges__mutmut_15": (
+        "pairs = np.array([(index[u], index[v]) for u, v in graph.edges() if u != v], dtype=np.int64).reshape(-2, 2)",
+        "numpy reads any negative size as the one inferred"),
     # image_tokenizer
     "tokformer.tokenizers.image.x_resample_grid_table__mutmut_11": (
         'grid = rearrange(table.float(), "1 (h w) d -> 1 d h w", w=old[1])', _AXIS_INFERRED),
@@ -1080,9 +1161,9 @@ def status_name(exit_code: int | None) -> str:
     from mutmut.stats import status_by_exit_code
 
     status = status_by_exit_code[exit_code]
-    if status in (KILLED, SURVIVED, NO_TESTS, TIMEOUT):
-        return status
-    return "segfault" if status == "segfault" else status  # suspicious, not checked, ...
+    if status == "segfault":  # a mutant that crashes the tests' process is caught, as one that fails them
+        return KILLED
+    return status  # killed, survived, no tests, timeout; or suspicious, not checked, ...
 
 
 def read_statuses(root: Path, module: Module, raw: bool = False) -> dict[str, str | int | None]:

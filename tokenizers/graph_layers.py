@@ -55,7 +55,7 @@ def graph_pairs(batch: TokenBatch, graph_token: bool) -> tuple[Tensor, Tensor, T
         token = nodes // batch.seq_len * batch.seq_len  # its sample's graph token
         query += [token, nodes]
         key += [nodes, token]
-        kinds.append(torch.full((2 * nodes.shape[0],), GRAPH, dtype=torch.long, device=real.device))
+        kinds.append(torch.full_like(nodes, GRAPH).repeat(2))
     return torch.cat(query), torch.cat(key), torch.cat(kinds)
 
 
