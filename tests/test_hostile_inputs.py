@@ -29,6 +29,7 @@ from tokformer import files
 from tokformer.cli import main
 from tokformer.engine import load_run, train
 from tokformer.errors import CheckpointError, ConfigError, DataError
+from tokformer.interop.export import export_run
 from tokformer.sampling import SamplingConfig, sample_next
 from tokformer.store import lock, run_dir, steps
 from tokformer.store.weights import check_fits
@@ -106,6 +107,32 @@ def test_an_overwrite_that_was_killed_leaves_one_whole_run(sort_run: Path, tmp_p
     run_dir.recover(run)
     assert not aside.exists()
     assert (run / "new.txt").exists() == new_run_saved and steps.list_checkpoints(run) == [2]
+
+
+@pytest.mark.parametrize(("name", "other"), [("exp[12]", "exp1"), ("exp*", "exp-old"), ("a", "a.replaced-x")])
+def test_recovering_a_run_never_touches_another_runs_aside_copy(sort_run: Path, tmp_path: Path, name: str,
+                                                                 other: str) -> None:
+    """Another run's killed --overwrite left its old run aside; a run whose name, as a glob pattern or as a
+    prefix, also covers that copy's name must neither take it as its own old run nor delete it."""
+    aside = run_dir.set_aside(fresh_copy(sort_run, tmp_path, other))  # the other run's overwrite was killed here
+    held = sorted(p.relative_to(aside).as_posix() for p in aside.rglob("*"))
+    run = fresh_copy(sort_run, tmp_path, name)  # a run that stands (it has checkpoints): a recovery would discard
+    run_dir.recover(run)
+    shutil.rmtree(run)
+    run_dir.recover(run)  # no run there at all: a recovery would restore
+    assert sorted(p.relative_to(aside).as_posix() for p in aside.rglob("*")) == held and not run.exists()
+
+
+def test_an_export_clears_its_own_killed_staging_folder_and_nothing_else(sort_run: Path, tmp_path: Path) -> None:
+    """A killed export leaves .NAME.tmp-XXXXXXXX; the next export to NAME removes it, but not the folder an
+    export to m1 is filling (``m[12]`` as a glob covers it) nor a user's folder that only looks alike."""
+    own, others = tmp_path / ".m[12].tmp-abcd_123", [tmp_path / ".m1.tmp-abcd_123", tmp_path / ".m[12].tmp-notes"]
+    for folder in (own, *others):
+        folder.mkdir()
+        (folder / "file").write_text("kept?")
+    export_run(sort_run, tmp_path / "m[12]")
+    assert not own.exists() and all((folder / "file").exists() for folder in others)
+    assert (tmp_path / "m[12]" / "model.safetensors").is_file()
 
 
 def test_a_second_train_on_a_locked_run_directory_exits_naming_the_holder(tmp_path: Path) -> None:

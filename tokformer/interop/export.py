@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from tokformer.batch import TokenBatch
 from tokformer.errors import ConfigError, UsageError
-from tokformer.store.atomic import staged_folder
+from tokformer.store.atomic import staged_folder, staging_folders
 from tokformer.store.folder import check_free, write_model_folder
 from tokformer.store.loader import load_run
 from tokformer.store.lock import hold
@@ -203,7 +203,7 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, checkpoint
         for module in ("onnx", "onnxscript"):  # refuse a missing extra before any work
             _require(module)
     with hold(out, "tokformer export"):  # one writer per output folder
-        for stale in out.parent.glob(f".{out.name}.tmp-*"):  # left by an export that was killed: ours, and unused
+        for stale in staging_folders(out):  # left by an export that was killed: ours, and unused
             shutil.rmtree(stale, ignore_errors=True)
         check_free(out)
         task, model = load_run(source, checkpoint)  # every input checked before a progress bar shows

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -81,6 +82,19 @@ def usual_permissions(path: Path) -> None:
     os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
+STAGING = ".tmp-"  # a folder being built for PARENT/NAME is PARENT/.NAME.tmp-XXXXXXXX (mkdtemp's 8 characters)
+
+
+def staging_folders(out: Path) -> list[Path]:
+    """The temporary folders :func:`staged_folder` made for ``out`` (left by a build that was killed).
+    Matched by their whole name, not by a glob: an ``out`` named ``m[12]`` or ``m*`` as a pattern would
+    otherwise take the folder another build is filling for ``m1`` for its own."""
+    own = re.compile(re.escape(f".{out.name}{STAGING}") + r"[a-z0-9_]{8}")
+    if not out.parent.is_dir():
+        return []
+    return sorted(p for p in out.parent.iterdir() if own.fullmatch(p.name))
+
+
 @contextlib.contextmanager
 def staged_folder(out: Path) -> Iterator[Path]:
     """Build a new folder ``out`` whole or not at all.
@@ -92,7 +106,7 @@ def staged_folder(out: Path) -> Iterator[Path]:
     free first, so it can refuse before any work is done.
     """
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}{STAGING}"))
     try:
         yield tmp
         shareable(tmp)

@@ -13,6 +13,7 @@ old one back (:func:`restore`), and one that was killed is sorted out on the nex
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -76,6 +77,16 @@ def set_aside(run_dir: Path) -> Path:
     return aside
 
 
+def asides_of(run_dir: Path) -> list[Path]:
+    """The copies :func:`set_aside` made of ``run_dir``, oldest first. Matched by their whole name, not by a
+    glob: a run named ``exp[12]`` or ``exp*`` as a pattern (or ``a`` as a prefix of ``a.replaced-x``) would
+    otherwise take another run's copy for its own, and restore it in its place or delete it."""
+    own = re.compile(re.escape(f".{run_dir.name}{ASIDE}") + r"\d{8}-\d{6}-\d+")
+    if not run_dir.parent.is_dir():
+        return []
+    return sorted(p for p in run_dir.parent.iterdir() if own.fullmatch(p.name))
+
+
 def restore(run_dir: Path, aside: Path) -> None:
     """Give the old run back: the new run that replaced it failed before its first checkpoint."""
     if run_dir.exists():
@@ -91,7 +102,7 @@ def discard(aside: Path) -> None:
 def recover(run_dir: Path) -> None:
     """Finish an --overwrite that was killed: if the new run saved a checkpoint it stands and the old
     one goes; otherwise the old run comes back in place of the half-made new one."""
-    asides = sorted(run_dir.parent.glob(f".{run_dir.name}{ASIDE}*"))
+    asides = asides_of(run_dir)
     if not asides:
         return
     if run_dir.is_dir() and list_checkpoints(run_dir):
