@@ -27,6 +27,9 @@ from tokformer.tokenizers import (
 
 @pytest.fixture(autouse=True)
 def _restore_registry():
+    """The registry as it was, with every built-in in it: one first imported during a test would register then,
+    be dropped here, and never register again (its module stays imported), failing later tests that load it."""
+    registry.import_builtin_tokenizers()
     saved = dict(registry._REGISTRY)
     yield
     registry._REGISTRY.clear()
