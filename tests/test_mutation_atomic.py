@@ -182,3 +182,17 @@ def test_an_error_in_the_block_removes_the_staged_folder_and_leaves_the_target_a
         raise error
     assert out.is_dir() and list(out.iterdir()) == []
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_staging_folders_are_an_outputs_own_by_their_whole_name(tmp_path: Path) -> None:
+    """mkdtemp's eight characters after ``.NAME.tmp-``, nothing more or less, under NAME taken literally."""
+    out = tmp_path / "m[12]"
+    own = [tmp_path / ".m[12].tmp-abcd_123", tmp_path / ".m[12].tmp-zz99xx00"]
+    others = [tmp_path / name for name in (".m1.tmp-abcd_123", ".m[12].tmp-notes", ".m[12].tmp-abcd_1234",
+                                           ".m[12].tmp-ABCD_123", "m[12].tmp-abcd_123", ".m[12].tmpXabcd_123")]
+    for folder in own + others:
+        folder.mkdir()
+    assert atomic.staging_folders(out) == own
+    assert atomic.staging_folders(tmp_path / "missing" / "m") == []
+    with atomic.staged_folder(tmp_path / "new") as tmp:
+        assert atomic.staging_folders(tmp_path / "new") == [tmp]
