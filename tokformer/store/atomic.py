@@ -85,14 +85,20 @@ def usual_permissions(path: Path) -> None:
 STAGING = ".tmp-"  # a folder being built for PARENT/NAME is PARENT/.NAME.tmp-XXXXXXXX (mkdtemp's 8 characters)
 
 
-def staging_folders(out: Path) -> list[Path]:
-    """The temporary folders :func:`staged_folder` made for ``out`` (left by a build that was killed).
-    Matched by their whole name, not by a glob: an ``out`` named ``m[12]`` or ``m*`` as a pattern would
-    otherwise take the folder another build is filling for ``m1`` for its own."""
-    own = re.compile(re.escape(f".{out.name}{STAGING}") + r"[a-z0-9_]{8}")
-    if not out.parent.is_dir():
+def hidden_siblings(path: Path, marker: str, stamp: str) -> list[Path]:
+    """The hidden siblings ``PARENT/.NAME{marker}{stamp}`` tokformer made for ``path``, sorted by name
+    (``stamp`` is a regular expression). Matched by their whole name, not by a glob: a ``path`` named
+    ``m[12]`` or ``m*`` as a pattern, or ``a`` as a prefix of ``a.tmp-x``, would otherwise take another
+    folder's copy for its own, and delete it or move it in."""
+    own = re.compile(re.escape(f".{path.name}{marker}") + stamp)
+    if not path.parent.is_dir():
         return []
-    return sorted(p for p in out.parent.iterdir() if own.fullmatch(p.name))
+    return sorted(p for p in path.parent.iterdir() if own.fullmatch(p.name))
+
+
+def staging_folders(out: Path) -> list[Path]:
+    """The temporary folders :func:`staged_folder` made for ``out`` (left by a build that was killed)."""
+    return hidden_siblings(out, STAGING, r"[a-z0-9_]{8}")
 
 
 @contextlib.contextmanager

@@ -13,7 +13,6 @@ old one back (:func:`restore`), and one that was killed is sorted out on the nex
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 from tokformer.errors import ConfigError
 from tokformer.runtime.config import load_config_file
-from tokformer.store.atomic import write_json_atomic
+from tokformer.store.atomic import hidden_siblings, write_json_atomic
 from tokformer.store.steps import list_checkpoints
 
 CONFIG_FILE = "config.json"  # a run's resolved config; a model folder's config.json has "format" too
@@ -78,13 +77,8 @@ def set_aside(run_dir: Path) -> Path:
 
 
 def asides_of(run_dir: Path) -> list[Path]:
-    """The copies :func:`set_aside` made of ``run_dir``, oldest first. Matched by their whole name, not by a
-    glob: a run named ``exp[12]`` or ``exp*`` as a pattern (or ``a`` as a prefix of ``a.replaced-x``) would
-    otherwise take another run's copy for its own, and restore it in its place or delete it."""
-    own = re.compile(re.escape(f".{run_dir.name}{ASIDE}") + r"\d{8}-\d{6}-\d+")
-    if not run_dir.parent.is_dir():
-        return []
-    return sorted(p for p in run_dir.parent.iterdir() if own.fullmatch(p.name))
+    """The copies :func:`set_aside` made of ``run_dir``, oldest first (their stamps sort by time)."""
+    return hidden_siblings(run_dir, ASIDE, r"\d{8}-\d{6}-\d+")
 
 
 def restore(run_dir: Path, aside: Path) -> None:
