@@ -157,6 +157,10 @@ MODULES: dict[str, Module] = {
     "store_paths": _m("tokformer/store/source.py tokformer/store/run_dir.py tokformer/store/budget.py",
                       "tests/test_hostile_inputs.py tests/test_cli_flags.py tests/test_pretrained.py "
                       "tests/test_checkpoint_faults.py tests/test_mutation_store*.py"),
+    "lock": _m("tokformer/store/lock.py", "tests/test_hostile_inputs.py tests/test_mutation_lock*.py"),
+    "sharded": _m("tokformer/store/sharded.py",
+                  "tests/test_engine_sharded_checkpoint.py tests/test_checkpoint_faults.py "
+                  "tests/test_hostile_inputs.py tests/test_engine_fsdp.py tests/test_mutation_sharded*.py"),
 }
 
 INTRO = (
@@ -172,17 +176,18 @@ INTRO = (
     "check the ones that survived.")
 NOT_RUN = "It is in the module table but has no result yet."
 # The first runs, with the tests as they were before tests/test_mutation_*.py (2026-12-01, 19:03-20:33 UTC, load
-# average 2-5 from a neighbour's test runs; atomic and store_paths 2026-12-05, 07:12 and 07:43 UTC, Intel Xeon):
+# average 2-5 from a neighbour's test runs; store_paths 2026-12-05 07:43 UTC, Intel Xeon, lock 09:41 UTC, AMD EPYC):
 # module -> (mutants, survivors, wall seconds). Their result files were lost with the work folder (the counts are
-# from the runs' logs and, for the last two, the committed summaries of 4a3aa44); atomic and store_paths were run
-# again in full in a new checkout after their matcher was shared (hidden_siblings). Every survivor was then killed
-# by a new test or classified below.
+# from the runs' logs and, for store_paths, the committed summary of 4a3aa44), or replaced by a full rerun after a
+# change of source (store_paths: the matcher shared as atomic.hidden_siblings; lock: _holder lost its redundant
+# isinstance check). Every survivor was then killed by a new test or classified below.
 FIRST_RUNS: dict[str, tuple[int, int, int]] = {
     "masks": (89, 22, 52), "attention": (312, 32, 198), "rotary": (264, 16, 198), "kv_cache": (90, 17, 107),
     "generation": (74, 8, 209), "beam_search": (97, 26, 785), "sparse_attention": (221, 22, 74),
     "checkpoints": (313, 60, 2386),
     "baselines": (333, 66, 320),  # 2026-12-02, before the logistic regression was split in two (see NOTES)
-    "atomic": (89, 13, 36), "store_paths": (231, 19, 1053),  # before hidden_siblings: 95 and 230 mutants now
+    "store_paths": (231, 19, 1053),  # before hidden_siblings: 230 mutants now
+    "lock": (49, 11, 112),  # before _holder lost its isinstance check: 45 mutants now
 }
 # module -> survivors of its first run whose code was deleted since (dead code the run found)
 REMOVED_SINCE: dict[str, int] = {"kv_cache": 4}  # KVCache.static: two in __init__, two in make_caches
@@ -346,6 +351,21 @@ FINDINGS: list[str] = [
     "in those errors. Unchecked before: a bare task name in a config, the listing of a run's entries in messages, "
     "which of several aside copies comes back, the size checks' slack and boundaries, the memory limit's sources, "
     "and the meta-device sizing with its debug reason.",
+    "Sharded checkpoints (`--strategy fsdp`): reading `sharded.py` for this module found that loading counted the "
+    "elements each shard's pieces filled instead of checking where they went: two shards whose pieces overlapped "
+    "as many elements as a gap left loaded the gap as `torch.empty`'s uninitialised memory, and a piece of another "
+    "dtype than the manifest's was cast silently. Pieces must now be whole rows, in bounds, of the manifest's dtype, "
+    "each row once (docs/reliability.md, H38; tested on a two-process checkpoint written by hand). Of its 561 "
+    "mutants one survived, the plural of `2 processes` in the message naming a copied shard.",
+    "The lock of an output folder: reading `lock.py` for this module found that a file of the user's named "
+    "`.NAME.lock` beside a run or output folder was truncated, overwritten with the lock record and deleted when "
+    "the command ended; it is refused now, and a link by that name is not followed (H39). The same class, fixed "
+    "names beside a folder, lost data in the shards writer (a user's `.OUT.partial` or `.OUT.old` deleted on "
+    "sight, and a file put into the folder during `--overwrite` deleted with the older shards) and in the "
+    "attention figure's temporary file (H40-H41): staging now uses fresh mkdtemp/mkstemp names through "
+    "`atomic.staged_folder(out, replace=True)` and `atomic.write_atomic`, and taking a lock clears the staging "
+    "folders a killed holder left. Unchecked before: the record's size limit, a JSON file with other keys, an "
+    "unlinked lock file, and a holder's record that is no object.",
 ]
 
 # What `python benchmarks/mutation.py` runs: the modules that fit about 90 minutes on one core (measured in
@@ -646,11 +666,21 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "tokformer.store.atomic.x_fsync_tree__mutmut_2": (
         "for directory, _, names in os.walk(root, topdown=None):",
         "os.walk reads topdown as a truth value: None walks as False does"),
-    "tokformer.store.atomic.x_write_text_atomic__mutmut_17": (
-        'with os.fdopen(fd, "w", encoding="UTF-8") as f:', "codec names are looked up case-insensitively"),
+    "tokformer.store.atomic.x_write_text_atomic__mutmut_11": (
+        'write_atomic(path, lambda tmp: tmp.write_text(text, encoding="UTF-8"))',
+        "codec names are looked up case-insensitively"),
     "tokformer.store.atomic.x_usual_permissions__mutmut_3": (
         "umask = os.umask(1)  # reading the umask means setting it: set back at once",
         "the umask set here is never used: it is set back on the next line, before anything is created"),
+    # lock
+    "tokformer.store.lock.x__is_lock_record__mutmut_19": (
+        'record = files.loads(os.pread(fd, size, 0).decode("UTF-8"))', "codec names are looked up case-insensitively"),
+    "tokformer.store.lock.x__holder__mutmut_3": (
+        "record = files.loads(path.read_text(encoding=None))",
+        "a holder writes its record with json.dumps, which escapes every non-ASCII character: the file is ASCII, "
+        "read alike in any ASCII-compatible locale encoding"),
+    "tokformer.store.lock.x__holder__mutmut_5": (
+        'record = files.loads(path.read_text(encoding="UTF-8"))', "codec names are looked up case-insensitively"),
     # vqa_questions
     **{f"tokformer.tasks.vqa_data.x_reworded__mutmut_{n}": (
         f"return [_fill(REWORDED[kind], quadrants) for kind, quadrants in zip(data.kinds, data.quadrants, {strict})]",

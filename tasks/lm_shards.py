@@ -31,7 +31,6 @@ import multiprocessing
 import os
 import random
 import re
-import shutil
 import signal
 import threading
 from collections import OrderedDict
@@ -47,9 +46,9 @@ import numpy as np
 from tokformer.engine import (
     LOGGER,
     TOKENIZER_DIR,
-    fsync_dir,
     hold_lock,
     progress,
+    staged_folder,
     tokenizer_fingerprint,
     write_json_atomic,
 )
@@ -114,23 +113,19 @@ def find_shards(spec: str) -> Path | None:
 
 
 class ShardWriter:
-    """Appends ids to fixed-size shard files in a staging directory, then publishes it.
+    """Appends ids to fixed-size shard files in a folder, then writes the tokenizer and the index.
 
-    ``add`` may be called with arrays of any length: they are cut at shard boundaries, so the
-    files depend only on the id stream, never on how it was chunked (or on how many processes
-    encoded it). ``publish`` writes the tokenizer and the index and renames the staging
-    directory to ``out``.
+    ``add_document`` may be called with arrays of any length: they are cut at shard boundaries,
+    so the files depend only on the id stream, never on how it was chunked (or on how many
+    processes encoded it). The folder is the staging folder of :func:`_staged_shards`, which
+    puts it in place of the output once ``finish`` has written the index.
     """
 
-    def __init__(self, out: Path, tokenizer: BPETokenizer, shard_tokens: int, overwrite: bool) -> None:
+    def __init__(self, folder: Path, tokenizer: BPETokenizer, shard_tokens: int) -> None:
         if shard_tokens <= 0:
             raise ConfigError(f"shard_tokens must be positive, got {shard_tokens}")
-        self.out, self.tokenizer, self.shard_tokens = out, tokenizer, shard_tokens
-        _check_out(out, overwrite)
+        self.folder, self.tokenizer, self.shard_tokens = folder, tokenizer, shard_tokens
         self.dtype = lm_data.token_dtype(tokenizer.vocab_size).newbyteorder("<")
-        self.stage = out.parent / f".{out.name}.partial"
-        shutil.rmtree(self.stage, ignore_errors=True)  # a crashed run's leftovers: ours by name
-        self.stage.mkdir(parents=True)
         self.shards: list[Shard] = []
         self.documents = 0
         self._file: BinaryIO | None = None
@@ -155,53 +150,49 @@ class ShardWriter:
         while len(ids):
             if self._file is None:
                 self.shards.append(Shard(f"shard-{len(self.shards):05d}.bin", 0))
-                self._file = (self.stage / self.shards[-1].file).open("wb")
+                self._file = (self.folder / self.shards[-1].file).open("wb")
             shard = self.shards[-1]
             take = min(len(ids), self.shard_tokens - shard.tokens)
             ids[:take].tofile(self._file)
             shard.tokens += take
             ids = ids[take:]
             if shard.tokens == self.shard_tokens:
-                self._close_shard()
+                self.close()
 
-    def _close_shard(self) -> None:
+    def close(self) -> None:
+        """Close the shard being written (the staging folder fsyncs every file before it is published)."""
         if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
             self._file.close()
             self._file = None
 
-    def publish(self) -> ShardIndex:
-        """Close the last shard, write the tokenizer and the index (last), and move the staging
-        directory to ``out`` (replacing an older shards directory there)."""
-        self._close_shard()
+    def finish(self) -> ShardIndex:
+        """Close the last shard and write the tokenizer and the index (last)."""
+        self.close()
         tokens = sum(s.tokens for s in self.shards)
         if tokens == 0:
-            self.discard()
             raise DataError("the corpus holds no usable text (empty, whitespace-only or binary files)")
-        self.tokenizer.save(self.stage / TOKENIZER_DIR)
+        self.tokenizer.save(self.folder / TOKENIZER_DIR)
         index = ShardIndex(format=FORMAT, version=VERSION, dtype=self.dtype.name, vocab_size=self.tokenizer.vocab_size,
                            eot_id=self.tokenizer.token_to_id(lm_data.EOT), shard_tokens=self.shard_tokens,
                            tokens=tokens, documents=self.documents,
-                           tokenizer_sha256=tokenizer_fingerprint(self.stage) or "", shards=self.shards)
-        write_json_atomic(self.stage / INDEX_FILE, asdict(index))  # fsyncs the staging directory too
-        if self.out.exists():  # checked replaceable in __init__: an empty directory or older shards
-            old = self.out.parent / f".{self.out.name}.old"
-            shutil.rmtree(old, ignore_errors=True)
-            self.out.rename(old)
-            self.stage.rename(self.out)
-            shutil.rmtree(old)
-        else:
-            self.stage.rename(self.out)
-        fsync_dir(self.out.parent)
+                           tokenizer_sha256=tokenizer_fingerprint(self.folder) or "", shards=self.shards)
+        write_json_atomic(self.folder / INDEX_FILE, asdict(index))
         return index
 
-    def discard(self) -> None:
-        """Drop the staging directory (an error stopped the writing)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        shutil.rmtree(self.stage, ignore_errors=True)
+
+@contextlib.contextmanager
+def _staged_shards(out: Path, tokenizer: BPETokenizer, shard_tokens: int, overwrite: bool) -> Iterator[ShardWriter]:
+    """A :class:`ShardWriter` into a staging folder that replaces ``out`` (nothing, an empty folder or,
+    with ``overwrite``, older shards) when the block ends without an error, and is removed otherwise.
+    The caller holds ``out``'s lock, and the block ends with ``finish``."""
+    _check_out(out, overwrite)
+    with staged_folder(out, replace=True) as folder:
+        writer = ShardWriter(folder, tokenizer, shard_tokens)
+        try:
+            yield writer
+        finally:
+            writer.close()
+        _check_out(out, overwrite)  # again: what --overwrite replaces must still be only older shards
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
@@ -237,16 +228,12 @@ def write_shards(documents: Iterable[Sequence[int] | np.ndarray], out: str | os.
     """
     if lm_data.EOT not in tokenizer.special_tokens:
         raise ConfigError(f"the tokenizer has no {lm_data.EOT} special token to separate documents")
-    writer = ShardWriter(Path(out), tokenizer, shard_tokens, overwrite)
-    try:
-        with progress(show_progress, unit="tok", unit_scale=True, desc="writing shards") as bar:
-            for ids in documents:
-                writer.add_document(ids)
-                bar.update(len(ids))
-    except BaseException:
-        writer.discard()
-        raise
-    return writer.publish()
+    with (hold_lock(Path(out), "tokformer write_shards"), _staged_shards(Path(out), tokenizer, shard_tokens, overwrite)
+          as writer, progress(show_progress, unit="tok", unit_scale=True, desc="writing shards") as bar):
+        for ids in documents:
+            writer.add_document(ids)
+            bar.update(len(ids))
+        return writer.finish()
 
 
 # -- tokenizing text on every core ----------------------------------------------------------
@@ -368,10 +355,9 @@ def _prepare(data: str, out: Path, tokenizer: str | os.PathLike | None, vocab_si
     random.Random(data_seed).shuffle(paths)
     bpe = (lm_data.load_tokenizer(tokenizer) if tokenizer is not None
            else lm_data.train_tokenizer(paths, vocab_size, tokenizer_chars, data))
-    writer = ShardWriter(Path(out), bpe, shard_tokens, overwrite)
     skipped: list[Path] = []
     log.info("encoding %d files on %d process(es)", len(paths), workers)
-    try:
+    with _staged_shards(out, bpe, shard_tokens, overwrite) as writer:
         with _stop_requests() as stopped, progress(show_progress, total=sum(p.stat().st_size for p in paths),
                                                    unit="B", unit_scale=True, desc="tokenizing") as bar:
             for path, ids in zip(paths, _encoded(paths, bpe, workers, stopped), strict=True):
@@ -380,11 +366,8 @@ def _prepare(data: str, out: Path, tokenizer: str | os.PathLike | None, vocab_si
                 else:
                     writer.add_document(ids)
                 bar.update(path.stat().st_size)
-    except BaseException:
-        writer.discard()
-        raise
-    lm_data.warn_skipped(skipped, writer.documents)
-    return writer.publish()
+        lm_data.warn_skipped(skipped, writer.documents)
+        return writer.finish()
 
 
 # -- reading -------------------------------------------------------------------------------

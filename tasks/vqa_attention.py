@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from tokformer.engine import write_atomic
 from tokformer.errors import ConfigError, UsageError
 from tokformer.masks import prefix_lm_mask
 from tokformer.tasks.birds.attention import attention_maps, bird_tokens
@@ -124,10 +125,10 @@ def plot_question_attention(image: np.ndarray, questions: Sequence[str], answers
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial.png")  # the figure appears whole or not at all
-    fig.savefig(partial, dpi=110)
-    plt.close(fig)
-    partial.replace(path)
+    try:
+        write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110))  # the figure appears whole or not at all
+    finally:
+        plt.close(fig)
     return path
 
 

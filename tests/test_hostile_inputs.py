@@ -1,4 +1,4 @@
-"""Hostile folders, careless commands and resource bombs (docs/reliability.md, H1-H20).
+"""Hostile folders, careless commands and resource bombs (docs/reliability.md, the H rows).
 
 Each test feeds one class of bad input or fault and checks the contract: a one-line error
 with the right exit code (or a correct result), nothing lost that tokformer did not write,
@@ -160,6 +160,39 @@ def test_a_lock_is_released_when_its_holder_dies(tmp_path: Path) -> None:
         pass
 
 
+@pytest.mark.parametrize("content", [b"my notes\n", b'{"pid": 1}', bytes(range(256))])  # prose, another JSON, binary
+def test_a_users_file_by_the_lock_files_name_is_refused_and_kept(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / ".run.lock").write_bytes(content)  # the lock's name for run/: it was truncated, then deleted
+    line = one_line_error(CliRunner().invoke(main, ["train", "sort", "--run-dir", str(tmp_path / "run"), *SORT]))
+    assert f"{tmp_path / '.run.lock'} is not a tokformer lock file" in line
+    assert (tmp_path / ".run.lock").read_bytes() == content and not (tmp_path / "run").exists()
+
+
+def test_a_lock_file_named_by_a_link_is_not_followed(tmp_path: Path) -> None:
+    (tmp_path / "notes").write_bytes(b"")
+    (tmp_path / ".run.lock").symlink_to(tmp_path / "notes")
+    with pytest.raises(OSError, match="symbolic links"), lock.hold(tmp_path / "run", "train"):
+        pass
+    assert (tmp_path / "notes").read_bytes() == b"" and (tmp_path / ".run.lock").is_symlink()
+
+
+def test_taking_a_lock_clears_the_staging_folders_a_killed_holder_left_and_nothing_else(tmp_path: Path) -> None:
+    """While the lock is held no build of the folder runs, so its staging folders are a killed one's."""
+    stale, users = tmp_path / ".run.tmp-ab_12cd3", [tmp_path / ".run.tmp-notes", tmp_path / ".run1.tmp-ab_12cd3"]
+    for folder in (stale, *users):
+        folder.mkdir()
+    with lock.hold(tmp_path / "run", "train"):
+        assert not stale.exists() and all(folder.is_dir() for folder in users)
+
+
+def test_the_lock_file_a_killed_holder_left_is_taken_over_and_removed(tmp_path: Path) -> None:
+    left = {"pid": 1, "host": "h", "command": "tokformer train", "since": "2026-12-05 09:00:00"}
+    (tmp_path / ".run.lock").write_text(json.dumps(left))
+    with lock.hold(tmp_path / "run", "second"):
+        assert json.loads((tmp_path / ".run.lock").read_text())["command"] == "second"
+    assert not (tmp_path / ".run.lock").exists()
+
+
 def test_a_failure_that_is_no_usage_error_also_leaves_no_half_made_run(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from tokformer.tasks.sort import SortTask
@@ -241,6 +274,69 @@ def test_a_sharded_manifest_with_bad_fields_is_damaged_and_resume_falls_back(tmp
         load_run(run, checkpoint="latest")
     result = train(resume=str(run), steps=6, quiet=True)  # falls back to step 2 and trains on
     assert result.step == 6
+
+
+def _two_shard_checkpoint(folder: Path, rank1_offset: list[int], manifest_dtype: str = "float32",
+                          rank1_step: int = 4) -> torch.Tensor:
+    """A sharded checkpoint of two processes written by hand in the format ``save_checkpoint`` writes:
+    rows 0-2 of a 5 x 3 weight (and a 0-dim AdamW step) in rank 0's shard, rows 3-4 in rank 1's at
+    ``rank1_offset``. Returns the weight."""
+    from tokformer.store import sharded
+
+    folder.mkdir()
+    weight, step = torch.randn(5, 3, generator=torch.Generator().manual_seed(0)), torch.tensor(7.0)
+    held = [{"model.w": (weight[:3], [0, 0]), "optimizer.state.w.step": (step, [])},
+            {"model.w": (weight[3:], rank1_offset)}]
+    for rank, pieces in enumerate(held):
+        described = {key: {"shape": list(value.shape), "offset": offset} for key, (value, offset) in pieces.items()}
+        meta = {"format": sharded.FORMAT, "step": rank1_step if rank else 4, "rank": rank, "world": 2,
+                "pieces": described}
+        save_file({key: value.contiguous() for key, (value, _) in pieces.items()}, folder / sharded.shard_name(rank, 2),
+                  metadata={sharded.SHARD_META: json.dumps(meta)})
+    names = [sharded.shard_name(rank, 2) for rank in (0, 1)]
+    manifest = {"format": sharded.FORMAT, "format_version": 1, "step": 4, "world": 2,
+                "shards": {name: (folder / name).stat().st_size for name in names},
+                "tensors": {"model.w": {"shape": [5, 3], "dtype": manifest_dtype},
+                            "optimizer.state.w.step": {"shape": [], "dtype": "float32"}},
+                "aliases": {}, "optimizer": {}}
+    (folder / sharded.MANIFEST).write_text(json.dumps(manifest))
+    return weight
+
+
+def test_a_hand_written_two_process_checkpoint_reassembles_its_tensors(tmp_path: Path) -> None:
+    from tokformer.store import sharded
+
+    weight = _two_shard_checkpoint(tmp_path / "step", [3, 0])
+    manifest = sharded.read_manifest(tmp_path / "step")
+    assert torch.equal(sharded.load_model_state(tmp_path / "step")["w"], weight)
+    assert sharded.load_tensors(tmp_path / "step", "optimizer", manifest)["optimizer.state.w.step"].item() == 7.0
+
+
+def test_a_shard_of_another_step_among_two_is_named_with_both_steps(tmp_path: Path) -> None:
+    from tokformer.store import sharded
+
+    _two_shard_checkpoint(tmp_path / "step", [3, 0], rank1_step=3)
+    expected = r"shard-00001-of-00002.safetensors is a shard of step 3 \(2 processes\), not of step 4 \(2 processes\)"
+    with pytest.raises(CheckpointError, match=expected):
+        sharded.load_model_state(tmp_path / "step")
+
+
+@pytest.mark.parametrize(("rank1_offset", "manifest_dtype", "error"), [
+    ([0, 0], "float32", "its shards do not cover model.w once each"),  # rows 0-1 twice, rows 3-4 never
+    ([-2, 0], "float32", "does not fit a torch.float32 tensor of shape"),
+    ([3, 1], "float32", "does not fit"),  # not whole rows
+    ([3, 0], "float16", "a torch.float32 piece of shape"),  # the manifest and the shard disagree on the dtype
+])
+def test_shard_pieces_that_do_not_tile_their_tensor_once_are_damaged(tmp_path: Path, rank1_offset: list[int],
+                                                                      manifest_dtype: str, error: str) -> None:
+    """A gap would load as the uninitialised memory the tensor was allocated with, and an overlap
+    hides a gap from a count of elements (two shards at offset 0 filled as many elements as the tensor
+    holds, and loaded): every piece must be whole rows, in bounds, of the manifest's dtype, each row once."""
+    from tokformer.store import sharded
+
+    _two_shard_checkpoint(tmp_path / "step", rank1_offset, manifest_dtype)
+    with pytest.raises(CheckpointError, match=error):
+        sharded.load_model_state(tmp_path / "step")
 
 
 # -- H9-H16: a few bytes never buy unbounded memory or time -----------------------------------
@@ -408,7 +504,7 @@ def test_stopping_data_prepare_with_workers_leaves_nothing_and_prints_no_traceba
                "--out", str(out), "--workers", "2", "--vocab-size", "300", "--quiet"]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     deadline = time.monotonic() + 60
-    while not list(tmp_path.glob(".shards.partial")) and process.poll() is None and time.monotonic() < deadline:
+    while not list(tmp_path.glob(".shards.tmp-*")) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGTERM)  # as a scheduler or `timeout` stops a job: the whole group
     _, stderr = process.communicate(timeout=60)
@@ -494,6 +590,44 @@ def test_shards_overwrite_refuses_a_folder_that_also_holds_the_users_files(tmp_p
     with pytest.raises(DataError, match="also holds notes.txt, which tokformer did not write"):
         prepare_lm(str(corpus), out, vocab_size=280, workers=1, overwrite=True, show_progress=False)
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_writing_shards_leaves_the_users_folders_beside_them_alone(tmp_path: Path) -> None:
+    """The staging and the replaced folders had fixed names, ``.NAME.partial`` and ``.NAME.old``,
+    which a write deleted on sight: a user's folder by either name went with them."""
+    from tokformer.tasks.lm_shards import ShardedCorpus, write_shards
+    from tokformer.tokenizers.bpe import BPETokenizer
+
+    bpe = BPETokenizer.train(["some text to tokenize " * 50], 270, special_tokens=["<|endoftext|>"])
+    users = (".s.old", ".s.partial", ".s.tmp-notes")
+    for name in users:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "mine.txt").write_text("keep")
+    write_shards([[1, 2]], tmp_path / "s", bpe)
+    write_shards([[3, 4]], tmp_path / "s", bpe, overwrite=True)
+    assert ShardedCorpus(tmp_path / "s", 0.5).ids[:2].tolist() == [3, 4]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [*users, "s"]
+    assert all((tmp_path / name / "mine.txt").read_text() == "keep" for name in users)
+
+
+def test_a_file_put_into_the_shards_folder_while_they_are_rewritten_is_kept(tmp_path: Path) -> None:
+    """--overwrite checks that the folder holds only older shards before it starts and again before it
+    replaces them, so a file the user puts there meanwhile is never deleted with the older shards."""
+    from tokformer.tasks.lm_shards import ShardedCorpus, write_shards
+    from tokformer.tokenizers.bpe import BPETokenizer
+
+    bpe = BPETokenizer.train(["some text to tokenize " * 50], 270, special_tokens=["<|endoftext|>"])
+    write_shards([[1, 2]], tmp_path / "s", bpe)
+
+    def documents():
+        yield [3, 4]
+        (tmp_path / "s" / "notes.txt").write_text("mine")
+
+    with pytest.raises(DataError, match="also holds notes.txt, which tokformer did not write"):
+        write_shards(documents(), tmp_path / "s", bpe, overwrite=True)
+    assert (tmp_path / "s" / "notes.txt").read_text() == "mine"
+    assert ShardedCorpus(tmp_path / "s", 0.5).ids[:2].tolist() == [1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # no staging folder, no lock file left
 
 
 @pytest.mark.parametrize("field", ["vocab_size", "eot_id"])

@@ -196,3 +196,67 @@ def test_staging_folders_are_an_outputs_own_by_their_whole_name(tmp_path: Path) 
     assert atomic.staging_folders(tmp_path / "missing" / "m") == []
     with atomic.staged_folder(tmp_path / "new") as tmp:
         assert atomic.staging_folders(tmp_path / "new") == [tmp]
+
+
+def test_write_atomic_fills_a_fresh_temporary_beside_the_target_with_its_suffix(tmp_path, umask_022) -> None:
+    """Its name is new (mkstemp), so a user's file is never taken for it; its suffix is the target's, which
+    writers that pick a format by suffix (matplotlib's savefig) need; the result reads as a plain write's."""
+    (tmp_path / ".fig.png.partial.png").write_text("a user's")  # the name the figure writer used before
+    seen: list[Path] = []
+
+    def write(tmp: Path) -> None:
+        seen.append(tmp)
+        assert tmp.exists() and tmp.stat().st_size == 0
+        tmp.write_bytes(b"png")
+        os.chmod(tmp, 0o600)  # as safetensors leaves its files
+
+    atomic.write_atomic(tmp_path / "fig.png", write)
+    (tmp,) = seen
+    assert tmp.parent == tmp_path and tmp.name.startswith(".fig.png.") and tmp.suffix == ".png"
+    assert (tmp_path / "fig.png").read_bytes() == b"png" and _mode(tmp_path / "fig.png") == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".fig.png.partial.png", "fig.png"]
+    assert (tmp_path / ".fig.png.partial.png").read_text() == "a user's"
+
+
+def test_write_atomic_leaves_the_old_file_when_the_writer_fails(tmp_path) -> None:
+    (tmp_path / "out.bin").write_bytes(b"old")
+
+    def half(tmp: Path) -> None:
+        tmp.write_bytes(b"ha")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        atomic.write_atomic(tmp_path / "out.bin", half)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"] and (tmp_path / "out.bin").read_bytes() == b"old"
+
+
+def test_a_replacing_staged_folder_moves_the_older_one_to_a_fresh_name_and_deletes_it_after(tmp_path,
+                                                                                           durable) -> None:
+    out = tmp_path / "shards"
+    out.mkdir()
+    (out / "old.bin").write_text("old")
+    (tmp_path / ".shards.old").mkdir()  # a user's folder by the name the shards writer used before
+    with atomic.staged_folder(out, replace=True) as tmp:
+        (tmp / "new.bin").write_text("new")
+    assert [p.name for p in out.iterdir()] == ["new.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".shards.old", "shards"]
+    moved, renamed = (target for kind, target in durable if kind == "replace")
+    assert Path(moved).name.startswith(".shards.old-") and len(Path(moved).name) == len(".shards.old-") + 8
+    assert renamed == str(out.resolve())  # the older folder went first, onto its fresh name
+
+
+def test_a_replacing_staged_folder_that_fails_leaves_the_older_one_in_place(tmp_path) -> None:
+    out = tmp_path / "shards"
+    out.mkdir()
+    (out / "old.bin").write_text("old")
+    with pytest.raises(RuntimeError), atomic.staged_folder(out, replace=True) as tmp:
+        (tmp / "new.bin").write_text("new")
+        raise RuntimeError("stopped")
+    assert [p.name for p in tmp_path.iterdir()] == ["shards"] and (out / "old.bin").read_text() == "old"
+
+
+def test_a_staged_folder_makes_every_missing_parent(tmp_path) -> None:
+    out = tmp_path / "a" / "b" / "model"
+    with atomic.staged_folder(out) as tmp:
+        (tmp / "w").write_text("w")
+    assert (out / "w").read_text() == "w"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -28,7 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from tokformer.engine import LOGGER, load_run, progress, read_metrics, train, usual_permissions
+from tokformer.engine import LOGGER, load_run, progress, read_metrics, train, write_atomic
 from tokformer.errors import UsageError
 from tokformer.machine import snapshot
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
@@ -256,16 +255,6 @@ def _model_path(out: Path, name: str, task: str) -> Path:
     return out / MODELS_DIR / f"{name}-{task}.safetensors"
 
 
-def _write_whole(path: Path, write: Callable[[Path], None]) -> None:
-    """``write`` into a temporary file beside ``path``, then rename it into place: ``path`` appears whole
-    or not at all, readable as a plain write would leave it (safetensors writes owner-only files)."""
-    path.parent.mkdir(exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    usual_permissions(tmp)
-    os.replace(tmp, path)
-
-
 def _n_outputs(task: str, cfg: BirdsConfig) -> int:
     """A sweep model's logits: the task's classes, then the species present when the auxiliary loss is on."""
     return N_CLASSES[task] + (N_SPECIES if cfg.species_aux > 0 else 0)
@@ -343,8 +332,8 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
     sweep = Sweep(config=cfg)
     done = {(r.model, r.task, r.seed): r for r in finished_runs(out, cfg)} if out is not None else {}
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        _write_whole(out / SWEEP_FILE, lambda tmp: tmp.write_text(json.dumps(_config_record(cfg), indent=2) + "\n"))
+        (out / MODELS_DIR).mkdir(parents=True, exist_ok=True)
+        write_atomic(out / SWEEP_FILE, lambda tmp: tmp.write_text(json.dumps(_config_record(cfg), indent=2) + "\n"))
         if done:
             log.info("resuming the sweep in %s: %d of %d runs already done", out, len(done),
                      len(cfg.seeds) * len(cfg.tasks) * len(cfg.models))
@@ -378,7 +367,7 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
                     sweep.models[(name, task)] = model.cpu().eval()
                     if out is not None:
                         weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-                        _write_whole(_model_path(out, name, task), partial(save_file, weights))
+                        write_atomic(_model_path(out, name, task), partial(save_file, weights))
                 if out is not None:
                     with (out / RUNS_LOG).open("a") as f:
                         f.write(json.dumps(asdict(result)) + "\n")

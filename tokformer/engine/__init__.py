@@ -18,7 +18,7 @@ from tokformer.runtime.config import RunConfig, TrainConfig, help_text, resolve_
 from tokformer.runtime.distributed import Dist, barrier, local
 from tokformer.runtime.registry import get_task, name_of, register_task, task_names
 from tokformer.runtime.task import TOKENIZER_DIR, StepOutput, Task
-from tokformer.store.atomic import fsync_dir, staged_folder, usual_permissions, write_json_atomic
+from tokformer.store.atomic import fsync_dir, staged_folder, write_atomic, write_json_atomic
 from tokformer.store.budget import memory_limit
 from tokformer.store.checkpoints import tokenizer_fingerprint
 from tokformer.store.loader import Predictor, load, load_model, load_run, saved_task_name
@@ -67,6 +67,6 @@ __all__ = [
     "task_names",
     "tokenizer_fingerprint",
     "train",
-    "usual_permissions",
+    "write_atomic",
     "write_json_atomic",
 ]

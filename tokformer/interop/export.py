@@ -29,7 +29,6 @@ import importlib
 import inspect
 import os
 import re
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +44,7 @@ from tqdm import tqdm
 
 from tokformer.batch import TokenBatch
 from tokformer.errors import ConfigError, UsageError
-from tokformer.store.atomic import staged_folder, staging_folders
+from tokformer.store.atomic import staged_folder
 from tokformer.store.folder import check_free, write_model_folder
 from tokformer.store.loader import load_run
 from tokformer.store.lock import hold
@@ -202,9 +201,7 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike, *, checkpoint
     if format == "onnx":
         for module in ("onnx", "onnxscript"):  # refuse a missing extra before any work
             _require(module)
-    with hold(out, "tokformer export"):  # one writer per output folder
-        for stale in staging_folders(out):  # left by an export that was killed: ours, and unused
-            shutil.rmtree(stale, ignore_errors=True)
+    with hold(out, "tokformer export"):  # one writer per output folder; clears a killed export's staging folder
         check_free(out)
         task, model = load_run(source, checkpoint)  # every input checked before a progress bar shows
         stages = ["model folder", *(["ONNX (trace and write)"] * (format == "onnx"))]

@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,22 +42,28 @@ def fsync_tree(root: Path) -> None:
         fsync_dir(Path(directory))
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file, fsync and rename: a crash leaves the old
-    file or the new one, never half of one. The file gets the permissions a plain write would give it
-    (``mkstemp`` makes owner-only ones)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Have ``write`` fill a new temporary file beside ``path`` (named after it, same suffix), then
+    fsync it and rename it over ``path``: a crash leaves the old file or the new one, never half of
+    one, and no file of the user's is taken for the temporary one. The file gets the permissions a
+    plain write would give it (``mkstemp`` and safetensors make owner-only ones)."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        usual_permissions(Path(tmp))
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        write(tmp)
+        usual_permissions(tmp)
+        fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (:func:`write_atomic`)."""
+    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -83,6 +89,7 @@ def usual_permissions(path: Path) -> None:
 
 
 STAGING = ".tmp-"  # a folder being built for PARENT/NAME is PARENT/.NAME.tmp-XXXXXXXX (mkdtemp's 8 characters)
+OLD = ".old-"  # the folder a replacement moves out of the way, PARENT/.NAME.old-XXXXXXXX, until the new one stands
 
 
 def hidden_siblings(path: Path, marker: str, stamp: str) -> list[Path]:
@@ -101,26 +108,40 @@ def staging_folders(out: Path) -> list[Path]:
     return hidden_siblings(out, STAGING, r"[a-z0-9_]{8}")
 
 
+def _new_sibling(out: Path, marker: str) -> Path:
+    """A new, empty, owner-only folder ``PARENT/.NAME{marker}XXXXXXXX``: a name no other folder holds, so
+    nothing of the user's is ever taken for it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}{marker}"))
+
+
 @contextlib.contextmanager
-def staged_folder(out: Path) -> Iterator[Path]:
+def staged_folder(out: Path, replace: bool = False) -> Iterator[Path]:
     """Build a new folder ``out`` whole or not at all.
 
     Yields an empty temporary sibling (``.NAME.tmp-XXXX``) to fill; when the block ends without
     an error, every file in it is fsynced, it gets the user's usual permissions, and it is
     renamed to ``out`` (which may exist only as an empty directory). An error or an interrupt
     removes the temporary folder and leaves ``out`` as it was. The caller checks ``out`` is
-    free first, so it can refuse before any work is done.
+    free first, so it can refuse before any work is done. With ``replace``, ``out`` may also be
+    an older folder the caller checked holds only what tokformer wrote: it is moved to
+    ``.NAME.old-XXXX``, the new one renamed in, and then it is deleted (a kill between the two
+    renames leaves it there, never under a name a later build would clear).
     """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}{STAGING}"))
+    tmp = _new_sibling(out, STAGING)
     try:
         yield tmp
         shareable(tmp)
         fsync_tree(tmp)
-        if out.is_dir() and not any(out.iterdir()):
+        older = _new_sibling(out, OLD) if replace and out.is_dir() and any(out.iterdir()) else None
+        if older is not None:
+            os.replace(out, older)  # onto the empty folder mkdtemp made
+        elif out.is_dir() and not any(out.iterdir()):
             out.rmdir()
         os.replace(tmp, out)
         fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if older is not None:
+        shutil.rmtree(older)

@@ -8,6 +8,8 @@ two ``data prepare`` runs into one folder. Each such command holds ``PARENT/.NAM
 never stale (worker processes forked while it is held share it; they die with their parent,
 see ``tasks/lm_shards.py``). Unlike a POSIX record lock it also holds between two threads of
 one process. The file records the holder (pid, host, command, start) for the refusal message.
+Taking the lock also removes the staging folders (:func:`tokformer.store.atomic.staged_folder`)
+a killed holder left: while the lock is held, no build of the folder can be running.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -23,6 +26,7 @@ from pathlib import Path
 
 from tokformer import files
 from tokformer.errors import ConfigError
+from tokformer.store.atomic import staging_folders
 
 
 def lock_file(directory: Path) -> Path:
@@ -37,7 +41,7 @@ def hold(directory: str | os.PathLike, command: str) -> Iterator[None]:
     path = lock_file(Path(directory))
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # a link's target is not ours
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -47,9 +51,15 @@ def hold(directory: str | os.PathLike, command: str) -> Iterator[None]:
         if _same_file(fd, path):  # not unlinked by a holder that released it while we opened it
             break
         os.close(fd)
+    if not _is_lock_record(fd):  # a file of the user's by that name: never truncated or deleted
+        os.close(fd)
+        raise ConfigError(f"{path} is not a tokformer lock file, but tokformer guards {directory} with that "
+                          "name: move it away, or choose another directory")
+    for stale in staging_folders(Path(directory).absolute()):  # a killed holder's; only a holder knows
+        shutil.rmtree(stale, ignore_errors=True)  # that they are no running build's
     try:
         record = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}  # the keys of RECORD
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(record).encode())
         yield
@@ -66,11 +76,29 @@ def _same_file(fd: int, path: Path) -> bool:
         return False
 
 
+RECORD = ("pid", "host", "command", "since")  # what a holder writes into its lock file
+MAX_RECORD_BYTES = 4096  # a record is under 300 bytes
+
+
+def _is_lock_record(fd: int) -> bool:
+    """Whether the file open at ``fd`` is empty (just made, or its holder died before writing) or
+    holds a record a tokformer holder wrote: only then may it be overwritten and removed."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return True
+    if size > MAX_RECORD_BYTES:
+        return False
+    try:
+        record = files.loads(os.pread(fd, size, 0).decode("utf-8"))
+    except ValueError:  # not JSON, or not UTF-8 (UnicodeDecodeError is a ValueError)
+        return False
+    return isinstance(record, dict) and set(record) == set(RECORD)
+
+
 def _holder(path: Path) -> str:
     """The holder a lock file records, for the message (best effort: it may be mid-write)."""
     try:
         record = files.loads(path.read_text(encoding="utf-8"))
-        return (f"{record['command']} (pid {record['pid']} on {record['host']}, since {record['since']})"
-                if isinstance(record, dict) else "another process")
-    except (OSError, ValueError, KeyError, TypeError):
+        return f"{record['command']} (pid {record['pid']} on {record['host']}, since {record['since']})"
+    except (OSError, ValueError, KeyError, TypeError):  # TypeError: JSON that is no object ([1], "x", 3)
         return "another process"

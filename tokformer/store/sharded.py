@@ -252,22 +252,49 @@ def load_tensors(path: Path, prefix: str, manifest: dict[str, Any]) -> dict[str,
         whole = {key: torch.empty(spec["shape"], dtype=getattr(torch, spec["dtype"])) for key, spec in wanted.items()}
     except (AttributeError, KeyError, TypeError, RuntimeError) as e:
         raise damaged(path / MANIFEST, e) from None
-    filled = dict.fromkeys(wanted, 0)
+    rows: dict[str, list[tuple[int, int]]] = {key: [] for key in wanted}  # the rows each piece filled
     for name in manifest["shards"]:
         pieces = _shard_meta(path / name)["pieces"]
         try:
             with safe_open(path / name, framework="pt") as f:
                 for key in (k for k in pieces if k in wanted):
                     piece = f.get_tensor(key)
-                    where = tuple(slice(o, o + n) for o, n in zip(pieces[key]["offset"], piece.shape, strict=True))
-                    whole[key][where] = piece
-                    filled[key] += piece.numel()
-        except (SafetensorError, OSError, RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:
+                    start, end = _rows_of(piece, pieces[key].get("offset"), whole[key])
+                    whole[key][slice(start, end) if whole[key].dim() else ()] = piece
+                    rows[key].append((start, end))
+        except (SafetensorError, OSError, RuntimeError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise damaged(path / name, e) from None
-    short = [key for key, n in filled.items() if n != whole[key].numel()]
+    short = [key for key, filled in rows.items() if not _tile(filled, whole[key])]
     if short:
-        raise CheckpointError(f"checkpoint {path} is damaged: its shards do not cover {', '.join(short[:3])}")
+        raise CheckpointError(f"checkpoint {path} is damaged: its shards do not cover {', '.join(short[:3])} "
+                              "once each")
     return whole
+
+
+def _rows_of(piece: torch.Tensor, offset: Any, whole: torch.Tensor) -> tuple[int, int]:
+    """The rows ``[start, end)`` of ``whole`` that ``piece`` fills. :func:`_piece` cuts whole rows of dim 0
+    (a 0-dim tensor is one row), so any other offset, shape or dtype is a damaged header."""
+    if whole.dim() == 0:
+        if offset != [] or piece.shape != whole.shape or piece.dtype != whole.dtype:
+            raise ValueError(f"a piece of shape {list(piece.shape)} at {offset} of a 0-dim {whole.dtype} tensor")
+        return 0, 1
+    start = offset[0] if isinstance(offset, list) and offset else None
+    if not (_is_int(start) and offset[1:] == [0] * (whole.dim() - 1) and piece.dtype == whole.dtype
+            and piece.shape[1:] == whole.shape[1:] and 0 <= start <= start + piece.shape[0] <= whole.shape[0]):
+        raise ValueError(f"a {piece.dtype} piece of shape {list(piece.shape)} at {offset} does not fit a "
+                         f"{whole.dtype} tensor of shape {list(whole.shape)} as whole rows")
+    return start, start + piece.shape[0]
+
+
+def _tile(filled: list[tuple[int, int]], whole: torch.Tensor) -> bool:
+    """Whether the row ranges ``filled`` cover ``whole`` exactly once: any gap would be left as the
+    uninitialised memory of ``torch.empty``, and an overlap hides one."""
+    end = 0
+    for start, stop in sorted(filled):
+        if start != end:
+            return False
+        end = stop
+    return end == (whole.shape[0] if whole.dim() else 1)
 
 
 def load_model_state(path: Path) -> dict[str, torch.Tensor]:
