@@ -94,6 +94,28 @@ def test_shared_tensors_are_saved_once_and_restored_under_every_name(tmp_path):
     assert torch.equal(restored["embedding"].weight, embedding.weight)
 
 
+class _ViewsOfOneWeight(torch.nn.Module):
+    """A square weight and buffers that are other views of its memory, as a user's model may register them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3, 3))
+        self.register_buffer("transposed", self.weight.detach().t())  # same start, shape and dtype: not a tie
+        self.register_buffer("first_row", self.weight.detach()[0])  # a slice: safetensors refused to store it
+
+
+def test_other_views_of_a_saved_tensor_are_stored_as_themselves_not_as_aliases(tmp_path):
+    """Shared tensors were matched by start, shape and dtype: a transposed view was stored as an alias of the
+    weight and read back untransposed, and loading it wrote the weight's transpose into the weight."""
+    model = _ViewsOfOneWeight()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    path = whole.save_checkpoint(tmp_path, 1, model.state_dict(), {"step": 1})
+    restored = _ViewsOfOneWeight()
+    restored.load_state_dict(checkpoints.load_model_state(path))
+    assert torch.equal(restored.weight, state["weight"]) and torch.equal(restored.transposed, state["weight"].t())
+    assert torch.equal(restored.first_row, state["weight"][0])
+
+
 def test_a_published_checkpoint_gets_the_permissions_a_plain_mkdir_and_write_would(tmp_path) -> None:
     previous = os.umask(0o022)
     try:

@@ -30,16 +30,21 @@ def damaged(file: Path, error: Exception | str) -> CheckpointError:
 
 
 def dedupe_shared(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Keep one name per shared tensor; returns (unique tensors, alias -> name)."""
-    first: dict[tuple[int, tuple[int, ...], torch.dtype], str] = {}
-    unique, aliases = {}, {}
+    """Keep one name per shared tensor (the same view of the same memory: tied weights); returns
+    (unique tensors, alias -> name). Any other view of memory a kept tensor holds (a transpose, a
+    slice) is kept as a copy: read back as the first one it would load wrong, and safetensors
+    refuses two views of one memory."""
+    first: dict[tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype], str] = {}
+    unique, aliases, storages = {}, {}, set()
     for name, tensor in state.items():
-        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype)
+        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
         if tensor.numel() and key in first:
             aliases[name] = first[key]
-        else:
-            first.setdefault(key, name)
-            unique[name] = tensor
+            continue
+        first.setdefault(key, name)
+        storage = tensor.untyped_storage().data_ptr()
+        unique[name] = tensor.clone() if tensor.numel() and storage in storages else tensor
+        storages.add(storage)
     return unique, aliases
 
 
