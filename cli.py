@@ -600,18 +600,26 @@ def tokenizer() -> None:
 @click.option("--special-token", "special_tokens", multiple=True, metavar="TOKEN",
               help="Special token (repeatable) [default: <|endoftext|>, which `train lm` needs between documents].")
 @click.option("--no-special-tokens", is_flag=True, help="No special tokens at all (not even <|endoftext|>).")
+@click.option("--overwrite", is_flag=True, help="Replace the tokenizer already saved in --out.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def tokenizer_train(data: tuple[str, ...], vocab_size: int, out: str, pattern: str, min_frequency: int,
-                    special_tokens: tuple[str, ...], no_special_tokens: bool, quiet: bool) -> None:
-    """Train a byte-level BPE on the --data files and save it to --out."""
-    from tokformer.tokenizers.commands import train_tokenizer
+                    special_tokens: tuple[str, ...], no_special_tokens: bool, overwrite: bool, quiet: bool) -> None:
+    """Train a byte-level BPE on the --data files and save it to --out (new or empty)."""
+    from tokformer.store.atomic import staged_folder
+    from tokformer.store.lock import hold
+    from tokformer.tokenizers.commands import check_out, train_tokenizer
 
     if no_special_tokens and special_tokens:
         raise click.UsageError("--no-special-tokens and --special-token contradict each other; give one")
     special_tokens = () if no_special_tokens else special_tokens or ("<|endoftext|>",)
 
-    trained = train_tokenizer(data, vocab_size, out, pattern=pattern, min_frequency=min_frequency,
-                              special_tokens=special_tokens, show_progress=not quiet)
+    folder = Path(out)
+    with hold(folder, "tokformer tokenizer train"):
+        check_out(folder, overwrite)  # before the training
+        with staged_folder(folder, replace=overwrite) as tmp:  # the folder appears whole or not at all
+            trained = train_tokenizer(data, vocab_size, tmp, pattern=pattern, min_frequency=min_frequency,
+                                      special_tokens=special_tokens, show_progress=not quiet)
+            check_out(folder, overwrite)  # again: what --overwrite replaces must still be a tokenizer
     click.echo(f"saved a {trained.vocab_size}-token BPE ({len(trained.merges)} merges) to {out}")
 
 

@@ -73,7 +73,8 @@ def _bad_inputs(tmp_path: Path, corpus: Path, trained: Path) -> list[tuple[list[
     train = ["tokenizer", "train", "--out", str(tmp_path / "o"), "--vocab-size"]
     return [
         ([*train, "300", "--data", str(empty)], "holds only whitespace or nothing"),
-        (["tokenizer", "train", "--out", str(corpus), "--vocab-size", "300", "--data", str(corpus)], "File exists"),
+        (["tokenizer", "train", "--out", str(corpus), "--vocab-size", "300", "--data", str(corpus)],
+         "is a file, not a directory to save the tokenizer in"),
         ([*train, "300", "--data", str(latin1)], "not UTF-8"),
         ([*train, "300", "--data", str(binary)], "looks binary"),
         ([*train, "300", "--data", str(tmp_path / "missing.txt")], "no such file"),
@@ -132,3 +133,35 @@ def test_a_tokenizer_trained_without_special_tokens_named_has_the_one_lm_needs(t
     bare = runner.invoke(main, ["tokenizer", "train", "--data", str(corpus), "--vocab-size", "280", "--out",
                                 str(tmp_path / "bare"), "--no-special-tokens", "-q"])
     assert bare.exit_code == 0 and not load_tokenizer(tmp_path / "bare").special_tokens
+
+
+def test_training_into_a_hugging_face_tokenizer_folder_is_refused_and_leaves_it_as_it_was(tmp_path: Path,
+                                                                                        corpus: Path):
+    """A BPE saves tokenizer.json and tokenizer_config.json, the names a Hugging Face folder uses: saving
+    there overwrote the user's files, --overwrite or not."""
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    theirs = {"tokenizer.json": '{"model": {"type": "BPE"}}', "tokenizer_config.json": '{"model_max_length": 1024}',
+              "vocab.json": "{}"}
+    for name, text in theirs.items():
+        (folder / name).write_text(text)
+    for extra in ([], ["--overwrite"]):
+        result = CliRunner().invoke(main, ["tokenizer", "train", "--data", str(corpus), "--vocab-size", "300",
+                                           "--out", str(folder), "-q", *extra])
+        assert result.exit_code == 2 and "which is no tokenizer tokformer saved" in result.output, result.output
+    assert {p.name: p.read_text() for p in folder.iterdir()} == theirs
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "gpt2"]  # nothing staged is left
+
+
+def test_a_saved_tokenizer_is_replaced_only_with_overwrite_and_whole(tmp_path: Path, corpus: Path, trained: Path):
+    before = {p.name: p.read_bytes() for p in trained.iterdir()}
+    again = ["tokenizer", "train", "--data", str(corpus), "--vocab-size", "300", "--out", str(trained), "-q",
+             "--pattern", "gpt2"]  # the fixture's is cl100k
+    result = CliRunner().invoke(main, again)
+    assert result.exit_code == 2 and "already holds a tokenizer; pass --overwrite" in result.output, result.output
+    assert {p.name: p.read_bytes() for p in trained.iterdir()} == before
+    assert CliRunner().invoke(main, [*again, "--overwrite"]).exit_code == 0
+    after = {p.name: p.read_bytes() for p in trained.iterdir()}
+    assert after.keys() == before.keys() and after["tokenizer.json"] != before["tokenizer.json"]
+    assert load_tokenizer(trained).vocab_size > 256  # the new one loads: it was written whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "tok"]

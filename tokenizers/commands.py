@@ -14,8 +14,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from tokformer.files import read_bytes, reading
-from tokformer.tokenizers.base import TokenizerError
-from tokformer.tokenizers.bpe import BPETokenizer
+from tokformer.tokenizers.base import TOKENIZER_CONFIG_FILE, TokenizerError, read_config
+from tokformer.tokenizers.bpe import HF_FILE, BPETokenizer
 from tokformer.tokenizers.registry import load_tokenizer
 
 PROGRESS_MIN_CHARS = 1 << 20  # show a progress bar only for inputs larger than this
@@ -31,6 +31,28 @@ def read_text_file(path: str | Path) -> str:
         return data.decode("utf-8")
 
 
+def check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an ``out`` that holds anything but (with ``overwrite``) a tokenizer tokformer saved: the
+    files a BPE saves (``tokenizer_config.json``, ``tokenizer.json``) are the names a Hugging Face
+    tokenizer folder uses, whose files saving over them would destroy."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    if not out.is_dir():
+        raise TokenizerError(f"{out} is a file, not a directory to save the tokenizer in; choose another --out")
+    names = sorted(p.name for p in out.iterdir())
+    try:
+        ours = set(names) <= {TOKENIZER_CONFIG_FILE, HF_FILE} and read_config(out)["type"] == BPETokenizer.type_name
+    except TokenizerError:
+        ours = False
+    if not ours:
+        shown = ", ".join(names[:3]) + (f" ({len(names)} entries)" if len(names) > 3 else "")
+        raise TokenizerError(f"{out} holds {shown}, which is no tokenizer tokformer saved; saving there would "
+                             "overwrite or mix with it: choose another --out")
+    if not overwrite:
+        raise TokenizerError(f"{out} already holds a tokenizer; pass --overwrite to replace it, or choose "
+                             "another --out")
+
+
 def train_tokenizer(
     data: Sequence[str | Path],
     vocab_size: int,
@@ -40,8 +62,11 @@ def train_tokenizer(
     min_frequency: int = 0,
     special_tokens: Sequence[str] = (),
     show_progress: bool = False,
+    overwrite: bool = False,
 ) -> BPETokenizer:
-    """Train a byte-level BPE on the text files ``data`` and save it to ``out``."""
+    """Train a byte-level BPE on the text files ``data`` and save it to ``out`` (new, empty, or with
+    ``overwrite`` a tokenizer saved before: :func:`check_out`, before the training)."""
+    check_out(Path(out), overwrite)
     if not data:
         raise TokenizerError("no training data: pass at least one file")
     texts = [read_text_file(path) for path in data]
