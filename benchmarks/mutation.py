@@ -166,6 +166,9 @@ MODULES: dict[str, Module] = {
                     "xǁShardWriterǁ* x__staged_shards x__check_out x_write_shards x_find_shards x_read_index "
                     "xǁShardedIdsǁ* xǁShardedCorpusǁ*",
                     why="writing shards and reading them back, not the multi-process encoding that feeds the writer"),
+    "tokenizer_commands": _m("tokenizers/commands.py",
+                             "tests/test_tokenizer_cli.py tests/test_bad_files.py "
+                             "tests/test_mutation_tokenizer_commands*.py"),
     "lock": _m("tokformer/store/lock.py", "tests/test_hostile_inputs.py tests/test_mutation_lock*.py"),
     "sharded": _m("tokformer/store/sharded.py",
                   "tests/test_engine_sharded_checkpoint.py tests/test_checkpoint_faults.py "
@@ -396,6 +399,13 @@ FINDINGS: list[str] = [
     "tool without tokformer's metadata, the sharded-model refusal, views copied only when they share memory, "
     "the model folder's bytes, and the files named in a refusal. tests/test_mutation_model_folder.py kills all "
     "but 12 documented equivalents.",
+    "The tokenizer commands as library calls (tokenizers/commands.py), run after `tokenizer train --out` learnt "
+    "to refuse folders that hold anything but a tokenizer it saved (docs/reliability.md, H42): 111 mutants, 38 "
+    "survived. Unchecked were the new refusal's cases (Hugging Face's two file names with their own config, "
+    "another tokformer tokenizer, a corrupt config) and its listing, the library call's overwrite, the training's "
+    "defaults (gpt2 pattern, no bar) and options reaching the trainer, special tokens allowed or not, and a text "
+    "longer than one chunk: keeping only the last chunk's ids (`ids = chunk_ids`) survived, since no test encoded "
+    "a text the encoder cuts. tests/test_mutation_tokenizer_commands.py kills all but 3 documented equivalents.",
 ]
 
 # What `python benchmarks/mutation.py` runs: the modules that fit about 90 minutes on one core (measured in
@@ -745,6 +755,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "tokformer.tasks.lm_shards.xǁShardedCorpusǁ_document_start__mutmut_14": (
         "for lo in range(max(cut - 1, 1), total, SCAN_CHUNK):",
         "id 0 is never an end-of-text (empty documents are dropped), so a scan from 1 meets the same first one"),
+    # tokenizer_commands
+    "tokformer.tokenizers.commands.x_read_text_file__mutmut_12": (
+        'return data.decode("UTF-8")', "codec names are looked up case-insensitively"),
+    "tokformer.tokenizers.commands.x_train_tokenizer__mutmut_3": (
+        "min_frequency: int = 1,",
+        "training stops when the most frequent pair occurs fewer than min_frequency times, and a pair that exists "
+        "occurs at least once: a floor of 1 stops nothing a floor of 0 does not"),
+    "tokformer.tokenizers.commands.x_check_out__mutmut_17": (
+        "ours = None", "only tested for truth: None refuses the folder as False does"),
     # lock
     "tokformer.store.lock.x__is_lock_record__mutmut_19": (
         'record = files.loads(os.pread(fd, size, 0).decode("UTF-8"))', "codec names are looked up case-insensitively"),
