@@ -250,3 +250,19 @@ def test_the_strategy_flags_are_documented_and_a_bad_value_is_one_line():
     result = CliRunner().invoke(main, ["train", "sort", "--strategy", "zero", "--steps", "1"])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
     assert "train.strategy: expected one of ddp, fsdp, got 'zero'" in result.output
+
+
+def test_a_sharded_checkpoint_stores_buffers_that_are_views_of_one_memory(one_process_group, tmp_path):
+    """Buffers stay whole under FSDP; two that are views of one memory (a table and one of its rows) were
+    handed to safetensors as they were, which refuses shared memory, and the checkpoint failed."""
+    from tokformer.store import sharded
+
+    model = SortModel(SortConfig(**{k: TASK[k] for k in ("seq_len", "d_model", "n_heads", "n_layers")}))
+    table = torch.randn(4, 3)
+    model.register_buffer("table", table)
+    model.register_buffer("table_row", table[1])
+    fsdp.shard_model(model, one_process_group, "fp32")
+    optimizer = torch.optim.AdamW(model.parameters())
+    sharded.save_checkpoint(tmp_path, 1, model, optimizer, {"step": 1}, one_process_group)
+    state = sharded.load_model_state(steps.step_dir(tmp_path, 1))
+    assert torch.equal(state["table"], table) and torch.equal(state["table_row"], table[1])

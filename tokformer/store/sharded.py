@@ -135,7 +135,10 @@ def _contents(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[
     local = {name: value.to_local() if is_dtensor(value) else value for name, value in weights.items()}
     unique, aliases = dedupe_shared(local)  # tied weights: one copy, as in model.safetensors
     layout, optimizer_tensors = split_tensors(get_optimizer_state_dict(model, optimizer), OPTIMIZER, copy=False)
-    tensors = {f"{MODEL}.{name}": weights[name] for name in unique} | optimizer_tensors
+    # a sharded tensor's DTensor (its placement says which piece is whose); a whole one as deduped (a view of
+    # memory another holds is a copy: safetensors refuses shared memory)
+    tensors = {f"{MODEL}.{name}": weights[name] if is_dtensor(weights[name]) else unique[name]
+               for name in unique} | optimizer_tensors
     described = {key: {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
                  for key, value in tensors.items()}
     return tensors, {"tensors": described, "aliases": aliases, OPTIMIZER: layout}
