@@ -192,8 +192,8 @@ NOT_RUN = "It is in the module table but has no result yet."
 # module -> (mutants, survivors, wall seconds). Their result files were lost with the work folder (the counts are
 # from the runs' logs and, for store_paths, the committed summary of 4a3aa44), or replaced by a full rerun after a
 # change of source (store_paths: the matcher shared as atomic.hidden_siblings; lock: _holder lost its redundant
-# isinstance check; sharded: whole tensors saved as deduped). Every survivor was then killed by a new test or
-# classified below.
+# isinstance check; sharded: whole tensors saved as deduped; atomic: staged_folder's commit step simplified).
+# Every survivor was then killed by a new test or classified below.
 FIRST_RUNS: dict[str, tuple[int, int, int]] = {
     "masks": (89, 22, 52), "attention": (312, 32, 198), "rotary": (264, 16, 198), "kv_cache": (90, 17, 107),
     "generation": (74, 8, 209), "beam_search": (97, 26, 785), "sparse_attention": (221, 22, 74),
@@ -201,6 +201,7 @@ FIRST_RUNS: dict[str, tuple[int, int, int]] = {
     "baselines": (333, 66, 320),  # 2026-12-02, before the logistic regression was split in two (see NOTES)
     "store_paths": (231, 19, 1053),  # before hidden_siblings: 230 mutants now
     "lock": (49, 11, 112),  # before _holder lost its isinstance check: 45 mutants now
+    "atomic": (110, 7, 33),  # 2026-12-05 09:41 UTC, before staged_folder's commit step was simplified
     "sharded": (561, 1, 740),  # 2026-12-05 09:26 UTC, before whole tensors were saved as deduped: 564 mutants now
 }
 # module -> survivors of its first run whose code was deleted since (dead code the run found)

@@ -1,9 +1,11 @@
-"""Shared fixtures: a device parameter that covers CUDA when one is present."""
+"""Shared fixtures: a device parameter that covers CUDA when one is present, one thread, seeding, and a
+tiny sort model folder."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -38,3 +40,16 @@ def one_thread() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def sort_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny sort run's model folder (one per test module: a test may not change it, only a copy)."""
+    from tiny import TINY, TRAIN
+
+    import tokformer
+    from tokformer.engine import load_run, train
+
+    root = tmp_path_factory.mktemp("sort_folder")
+    task, model = load_run(train("sort", run_dir=str(root / "run"), **TINY["sort"], **TRAIN).run_dir)
+    return tokformer.save_pretrained(task, model, root / "folder")

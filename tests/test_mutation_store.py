@@ -23,14 +23,6 @@ from tokformer.store.folder import check_free
 from tokformer.store.source import MODEL, RUN, Source, describe, refuse_pickled_only
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny sort run's model folder."""
-    root = tmp_path_factory.mktemp("store")
-    task, model = load_run(train("sort", run_dir=str(root / "run"), **TINY["sort"], **TRAIN).run_dir)
-    return tokformer.save_pretrained(task, model, root / "folder")
-
-
 def edited(folder: Path, tmp_path: Path, **values: object) -> Path:
     """A copy of ``folder`` whose config.json has ``values`` set at its top level."""
     copy = shutil.copytree(folder, tmp_path / "copy")
@@ -49,30 +41,30 @@ def test_a_task_section_is_an_object_or_a_bare_name_and_nothing_else() -> None:
     assert Source(Path("r"), MODEL, {"task": {"name": "sort"}}).task_name() == "sort"
 
 
-def test_only_a_config_with_task_and_train_sections_is_a_run(folder: Path, tmp_path: Path) -> None:
-    assert not run_dir.is_run(folder)  # a model folder: format and task, no train
-    assert run_dir.is_run(edited(folder, tmp_path, train={}))
+def test_only_a_config_with_task_and_train_sections_is_a_run(sort_folder: Path, tmp_path: Path) -> None:
+    assert not run_dir.is_run(sort_folder)  # a model folder: format and task, no train
+    assert run_dir.is_run(edited(sort_folder, tmp_path, train={}))
 
 
 # -- a model folder's checks --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("version", [2, True, "1"])
-def test_a_format_version_this_tokformer_cannot_read_is_refused(folder: Path, tmp_path: Path,
+def test_a_format_version_this_tokformer_cannot_read_is_refused(sort_folder: Path, tmp_path: Path,
                                                                 version: object) -> None:
     with pytest.raises(ConfigError, match=rf"format_version {version!r} is not one this tokformer reads"):
-        tokformer.load_model(edited(folder, tmp_path, format_version=version))
+        tokformer.load_model(edited(sort_folder, tmp_path, format_version=version))
 
 
-def test_an_edited_tokenizer_is_named_by_its_folder(folder: Path, tmp_path: Path) -> None:
-    copy = edited(folder, tmp_path)
+def test_an_edited_tokenizer_is_named_by_its_folder(sort_folder: Path, tmp_path: Path) -> None:
+    copy = edited(sort_folder, tmp_path)
     (copy / "tokenizer" / "vocab.json").write_text("{}")
     with pytest.raises(ConfigError, match=rf"^{copy / 'tokenizer'} is not the tokenizer {copy / 'model.safetensors'}"):
         tokformer.load_model(copy)
 
 
-def test_a_config_bigger_than_its_weights_is_refused_naming_the_config(folder: Path, tmp_path: Path) -> None:
-    copy = edited(folder, tmp_path)
+def test_a_config_bigger_than_its_weights_is_refused_naming_the_config(sort_folder: Path, tmp_path: Path) -> None:
+    copy = edited(sort_folder, tmp_path)
     config = json.loads((copy / "config.json").read_text())
     config["task"].update(d_model=1024, n_layers=8)
     (copy / "config.json").write_text(json.dumps(config))
@@ -183,19 +175,21 @@ def test_every_tokenizer_directory_of_a_task_is_fingerprinted(tmp_path: Path) ->
         tokformer.load_model(folder)
 
 
-def test_a_compiled_model_is_saved_under_the_models_own_keys(folder: Path, tmp_path: Path) -> None:
-    task, model = tokformer.load_model(folder)
+def test_a_compiled_model_is_saved_under_the_models_own_keys(sort_folder: Path, tmp_path: Path) -> None:
+    task, model = tokformer.load_model(sort_folder)
     saved = tokformer.save_pretrained(task, torch.compile(model), tmp_path / "compiled")  # compiles nothing yet
     _, loaded = tokformer.load_model(saved)
     assert loaded.state_dict().keys() == model.state_dict().keys()
 
 
-def test_weights_that_do_not_fit_name_the_config_they_were_checked_against(folder: Path, tmp_path: Path) -> None:
-    copy = edited(folder, tmp_path)
+def test_weights_that_do_not_fit_name_their_file_and_the_config_they_were_checked_against(sort_folder: Path,
+                                                                                         tmp_path: Path) -> None:
+    copy = edited(sort_folder, tmp_path)
     config = json.loads((copy / "config.json").read_text())
     config["task"]["d_model"] = 8
     (copy / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=rf"does not fit the model built from {copy / 'config.json'} and its "):
+    with pytest.raises(CheckpointError, match=rf"^{copy / 'model.safetensors'} does not fit the model built from "
+                                              rf"{copy / 'config.json'} and its tokenizer \(shape: "):
         tokformer.load_model(copy)
 
 

@@ -133,11 +133,11 @@ def staged_folder(out: Path, replace: bool = False) -> Iterator[Path]:
         yield tmp
         shareable(tmp)
         fsync_tree(tmp)
-        older = _new_sibling(out, OLD) if replace and out.is_dir() and any(out.iterdir()) else None
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        older = _new_sibling(out, OLD) if replace and out.is_dir() else None
         if older is not None:
             os.replace(out, older)  # onto the empty folder mkdtemp made
-        elif out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
         os.replace(tmp, out)
         fsync_dir(out.parent)
     except BaseException:
