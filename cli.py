@@ -535,7 +535,7 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
     if out_file is None:
         click.echo(text, nl=False)
     else:
-        from tokformer.store.atomic import write_text_atomic
+        from tokformer.atomic import write_text_atomic
 
         write_text_atomic(Path(out_file), text)  # an interrupted run never leaves a half-written file
 
@@ -605,7 +605,7 @@ def tokenizer() -> None:
 def tokenizer_train(data: tuple[str, ...], vocab_size: int, out: str, pattern: str, min_frequency: int,
                     special_tokens: tuple[str, ...], no_special_tokens: bool, overwrite: bool, quiet: bool) -> None:
     """Train a byte-level BPE on the --data files and save it to --out (new or empty)."""
-    from tokformer.store.atomic import staged_folder
+    from tokformer.atomic import staged_folder
     from tokformer.store.lock import hold
     from tokformer.tokenizers.commands import check_out, train_tokenizer
 

@@ -28,6 +28,7 @@ from dataclasses import asdict
 import torch
 from harness import RESULTS, Machine, latest_per_process, over_seeds, read_jsonl
 
+from tokformer.engine import save_figure
 from tokformer.tasks.birds.data import generate
 from tokformer.tasks.birds.experiment import BirdsConfig
 from tokformer.tasks.birds.mixing import (
@@ -246,8 +247,7 @@ def plot_curves(rows: list[dict], path) -> None:
     axes[0][0].set_ylabel("comparison accuracy (held-out)")
     axes[0][-1].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def gap_table(sizes: list[int], n_images: int = 1000) -> list[str]:

@@ -126,7 +126,7 @@ MODULES: dict[str, Module] = {
                           "answer holds"),
     "files": _m("tokformer/files.py",
                 "tests/test_plugins.py tests/test_hostile_inputs.py tests/test_mutation_files*.py"),
-    "atomic": _m("tokformer/store/atomic.py", "tests/test_engine_checkpoint.py tests/test_mutation_atomic*.py"),
+    "atomic": _m("tokformer/atomic.py", "tests/test_engine_checkpoint.py tests/test_mutation_atomic*.py"),
     "vqa_questions": _m("tasks/vqa_data.py", "tests/test_vqa_data.py",
                         "x_reworded x__fill x__phrase x__quadrant_options x_trained_questions",
                         why="the built-in questions' wording: phrasings filled in, reworded, and the questions "
@@ -704,17 +704,17 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "tokformer.files.x_not_utf8__mutmut_19": ('column = start - (text.rfind(b"\\n", None, start) + 1) + 1',
                                               "a start of None searches from the first byte, as 0 does"),
     # atomic
-    "tokformer.store.atomic.x_fsync_file__mutmut_4": (
+    "tokformer.atomic.x_fsync_file__mutmut_4": (
         "with open(path, ) as f:",
         "Linux and macOS fsync a file through a read-only descriptor too; rb+ is for platforms whose fsync "
         "needs write access (Windows' _commit)"),
-    "tokformer.store.atomic.x_fsync_tree__mutmut_2": (
+    "tokformer.atomic.x_fsync_tree__mutmut_2": (
         "for directory, _, names in os.walk(root, topdown=None):",
         "os.walk reads topdown as a truth value: None walks as False does"),
-    "tokformer.store.atomic.x_write_text_atomic__mutmut_11": (
+    "tokformer.atomic.x_write_text_atomic__mutmut_11": (
         'write_atomic(path, lambda tmp: tmp.write_text(text, encoding="UTF-8"))',
         "codec names are looked up case-insensitively"),
-    "tokformer.store.atomic.x_usual_permissions__mutmut_3": (
+    "tokformer.atomic.x_usual_permissions__mutmut_3": (
         "umask = os.umask(1)  # reading the umask means setting it: set back at once",
         "the umask set here is never used: it is set back on the next line, before anything is created"),
     # model_folder

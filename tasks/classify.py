@@ -36,6 +36,8 @@ from tokformer.engine import (
     load,
     read_json_object,
     register_task,
+    save_figure,
+    write_text_atomic,
 )
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead
@@ -315,11 +317,11 @@ class ClassifyTask(Task):
 
     def save_assets(self, run_dir: Path) -> None:
         self.tokenizer.save(run_dir / TOKENIZER_DIR)
-        (run_dir / CLASSES_FILE).write_text(json.dumps(self.classes, indent=1) + "\n", encoding="utf-8")
+        write_text_atomic(run_dir / CLASSES_FILE, json.dumps(self.classes, indent=1) + "\n")
         if self._vit_spec is not None:
             family = "eva" if isinstance(self._vit_spec, EvaSpec) else "vit"
             spec = {"family": family, **dataclasses.asdict(self._vit_spec)}  # tuples become JSON lists
-            (run_dir / VIT_SPEC_FILE).write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
+            write_text_atomic(run_dir / VIT_SPEC_FILE, json.dumps(spec, indent=1) + "\n")
 
     def load_assets(self, run_dir: Path) -> None:
         tokenizer = load_tokenizer(run_dir / TOKENIZER_DIR)
@@ -380,8 +382,7 @@ def plot_confusion(counts: Tensor, classes: list[str], path: Path) -> None:
     ax.set_title(f"accuracy {counts.diag().sum() / counts.sum().clamp(min=1):.3f}")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def predict(source: str | os.PathLike | Predictor, images: Sequence[Any], *, top_k: int = 5,

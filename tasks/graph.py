@@ -38,7 +38,7 @@ from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import BlockOptions, TransformerConfig
-from tokformer.engine import TOKENIZER_DIR, Dist, StepOutput, Task, help_text, register_task
+from tokformer.engine import TOKENIZER_DIR, Dist, StepOutput, Task, help_text, register_task, write_text_atomic
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead
 from tokformer.masks import padding_or_none
@@ -251,7 +251,7 @@ class GraphTask(Task):
     def save_assets(self, run_dir: Path) -> None:
         self._fit_tokenizer()
         self.tokenizer.save(run_dir / TOKENIZER_DIR)
-        (run_dir / CLASSES_FILE).write_text(json.dumps(self.classes or self.data.classes) + "\n", encoding="utf-8")
+        write_text_atomic(run_dir / CLASSES_FILE, json.dumps(self.classes or self.data.classes) + "\n")
 
     def load_assets(self, run_dir: Path) -> None:
         self.tokenizer = GraphTokenizer.load(run_dir / TOKENIZER_DIR)

@@ -32,7 +32,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from tokformer import files
-from tokformer.engine import LOGGER
+from tokformer.engine import LOGGER, write_text_atomic
 from tokformer.errors import ConfigError, DataError
 from tokformer.files import read_bytes, where
 from tokformer.tokenizers.bpe import BPETokenizer
@@ -224,7 +224,7 @@ def pack_corpus(
     cut = int(total * (1.0 - val_fraction))
     eval_start = held_out_start(cut, next((s for s in starts if s >= cut), None), total)
     meta = CorpusMeta(dtype=dtype.name, tokens=total, documents=len(starts), eval_start=eval_start, sources=sources)
-    (directory / META_FILE).write_text(json.dumps(asdict(meta), indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(directory / META_FILE, json.dumps(asdict(meta), indent=1) + "\n")  # last: marks the corpus done
     return meta
 
 

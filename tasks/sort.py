@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 from tokformer.batch import TokenBatch
 from tokformer.config import ARCHITECTURE
 from tokformer.embedding import Embedder
-from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task
+from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task, write_text_atomic
 from tokformer.errors import DataError
 from tokformer.positional import LearnedPositions
 from tokformer.transformer import Encoder, TransformerConfig
@@ -135,7 +135,7 @@ class SortTask(Task):
         """The vocabulary, written like any tokenizer's files so inference can read it back."""
         (run_dir / TOKENIZER_DIR).mkdir(exist_ok=True)
         vocab = {str(i): i for i in range(self.config.vocab)}
-        (run_dir / TOKENIZER_DIR / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+        write_text_atomic(run_dir / TOKENIZER_DIR / "vocab.json", json.dumps(vocab))
 
     def predict(self, model: nn.Module, inputs: Sequence[Sequence[int] | str]) -> list[list[int]]:
         """Each sequence sorted by the model; a sequence is digits (``[3, 1, 2]``) or a string of

@@ -48,6 +48,7 @@ from tokformer.engine import (
     load,
     memory_limit,
     register_task,
+    write_text_atomic,
 )
 from tokformer.errors import ConfigError, DataError
 from tokformer.positional import LearnedPositions
@@ -169,7 +170,7 @@ class QuestionOnly:
         return self.by_question.get(example.question) or self.by_kind.get(example.kind) or self.overall
 
     def save(self, path: Path) -> None:
-        path.write_bytes((json.dumps(dataclasses.asdict(self), indent=0, ensure_ascii=False) + "\n").encode())
+        write_text_atomic(path, json.dumps(dataclasses.asdict(self), indent=0, ensure_ascii=False) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> QuestionOnly:

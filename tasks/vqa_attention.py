@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from tokformer.engine import write_atomic
+from tokformer.engine import save_figure
 from tokformer.errors import ConfigError, UsageError
 from tokformer.masks import prefix_lm_mask
 from tokformer.tasks.birds.attention import attention_maps, bird_tokens
@@ -125,10 +125,7 @@ def plot_question_attention(image: np.ndarray, questions: Sequence[str], answers
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110))  # the figure appears whole or not at all
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, dpi=110)
     return path
 
 

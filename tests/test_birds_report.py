@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from tokformer.cli import main
-from tokformer.errors import UsageError
+from tokformer.engine import hold_lock
+from tokformer.errors import ConfigError, UsageError
 from tokformer.machine import cpu_model
 from tokformer.tasks.birds import BirdsConfig, experiment, run_experiment
 from tokformer.tasks.birds.data import N_CLASSES
@@ -28,7 +29,9 @@ from tokformer.tasks.birds.report import (
     mean_curve,
     results_table,
     table_rows,
+    write_report,
 )
+from tokformer.tasks.birds.stream import make_split
 
 TINY = BirdsConfig(image_size=32, n_test=32, second_size=48, steps=2, batch_size=16,
                    models=("local-d1", "pool-d2", "global", "transformer-l1", "transformer-local-l1", "mixer-l1",
@@ -253,3 +256,27 @@ def test_the_report_says_where_each_group_of_runs_trained_and_how_loaded_the_mac
         "(python 3.12.3, torch 2.14.0); 1-minute load average as a run started: median 0.50, 0.50-0.50; 3 runs "
         "kept no record of their machine (trained before runs did).\n")
     assert machine_note([run(0, None)]) == "", "runs recorded before machines were: the report is drawn as it was"
+
+
+def test_a_full_disk_while_the_report_is_rewritten_keeps_the_previous_one(tmp_path: Path, fill_disk) -> None:
+    """A sweep rewrites its report after every seed: a rewrite that fails half-way must leave the last
+    report, its results.json (a resumed sweep reads its elapsed time there) and its figures whole."""
+    models = ("mlp", "transformer-l1")  # a Transformer, for the attention figure
+    runs = [_run(model, task, seed, 0.5 + 0.1 * seed, [(50, 0.5), (100, 0.6)]) for model in models
+            for task in ("count", "compare") for seed in (0, 1)]
+    out, sweep = tmp_path / "out", _sweep(runs, models)
+    sweep.test_sets.update({task: make_split(sweep.config, task, 0, "test", 8) for task in sweep.config.tasks})
+    write_report(sweep, out, elapsed=1.0, command="tokformer birds")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert {"report.md", "results.json", *FIGURES} <= set(before)
+    fill_disk()
+    with pytest.raises(OSError, match="No space left"):
+        write_report(sweep, out, elapsed=2.0, command="tokformer birds")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "every file as it was, and no other"
+
+
+def test_a_sweep_refuses_a_report_folder_another_sweep_is_writing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with hold_lock(out, "tokformer birds --quick"), pytest.raises(ConfigError, match=r"in use by tokformer birds"):
+        run_experiment(out, config=TINY, quiet=True)
+    assert not out.exists(), "nothing was written"

@@ -10,9 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from tokformer import atomic
 from tokformer.engine.rng import rng_state, set_rng_state
 from tokformer.errors import ConfigError
-from tokformer.store import atomic, checkpoints, steps, training_state, whole
+from tokformer.store import checkpoints, steps, training_state, whole
 
 
 def test_split_and_join_tensors_round_trip():

@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 
 import tokformer
 from tokformer.engine import StepOutput, Task, evaluate, load_run, register_task, train
+from tokformer.engine.metrics import METRICS_FILE, MetricLog
 from tokformer.errors import ConfigError, DataError, TrainingError
 from tokformer.store.steps import list_checkpoints, step_dir
 from tokformer.tasks.sort import SortConfig, SortTask
@@ -71,6 +72,33 @@ def test_a_run_refused_for_bad_data_leaves_no_run_directory(tmp_path):
         train("sort", quiet=True, steps=2, run_dir=str(run), **{**TINY, "train_size": 4})
     assert not run.exists()
     assert train("sort", quiet=True, steps=2, run_dir=str(run), **TINY).step == 2  # no --overwrite needed
+
+
+def test_a_full_disk_while_a_resumed_run_cuts_back_its_metrics_keeps_them_all(tmp_path, fill_disk):
+    """A resumed run forgets the records past its checkpoint by rewriting metrics.jsonl: that rewrite
+    failing half-way must not cost the run the records before."""
+    log = MetricLog(tmp_path)
+    for step in (1, 2, 3):
+        log.write("train", step, {"loss": 1.0 / step})
+    before = (tmp_path / METRICS_FILE).read_bytes()
+    fill_disk()
+    with pytest.raises(OSError, match="No space left"):
+        log.truncate_after(2)
+    assert (tmp_path / METRICS_FILE).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [METRICS_FILE], "no temporary file is left"
+
+
+def test_a_failed_run_leaves_the_empty_folder_the_user_made_for_it(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o750)
+    with pytest.raises(DataError, match="fewer than one batch"):
+        train("sort", quiet=True, steps=2, run_dir=str(run), **{**TINY, "train_size": 4})
+    assert run.is_dir() and not any(run.iterdir()), "the user's folder is kept, as empty as it was"
+    assert run.stat().st_mode & 0o777 == 0o750  # the same folder, not a new one
+    monkeypatch.chdir(tmp_path)  # the default run directory is made by tokformer, so a failure removes it
+    with pytest.raises(DataError, match="fewer than one batch"):
+        train("sort", quiet=True, steps=2, **{**TINY, "train_size": 4})
+    assert not any((tmp_path / "runs").iterdir())
 
 
 # dropout draws from torch's RNG every step: exactness needs the RNG state restored too

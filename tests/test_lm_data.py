@@ -28,6 +28,16 @@ def test_documents_are_packed_with_end_of_text_separators(tmp_path):
     assert meta.eval_start == 7  # tail 25% starts inside "cde": moved to the next document start
 
 
+def test_a_corpus_whose_packing_failed_half_way_is_not_taken_for_a_packed_one(tmp_path, fill_disk):
+    """meta.json is written last and marks a packed corpus (a run's setup reuses one that has it): a full
+    disk while it is written must leave none, so the next setup packs again instead of failing to read it."""
+    fill_disk()
+    with pytest.raises(OSError, match="No space left"):
+        pack(tmp_path, ["ab", "cde"])
+    assert not (tmp_path / "c" / lm_data.META_FILE).exists()
+    assert [p.name for p in (tmp_path / "c").iterdir()] == [lm_data.CORPUS_FILE], "no temporary file is left"
+
+
 def test_single_document_is_split_inside_it(tmp_path):
     meta = pack(tmp_path, ["abcdefghij"], val_fraction=0.2)
     assert meta.eval_start == int(11 * 0.8)

@@ -1,4 +1,4 @@
-"""Atomic writes (tokformer/store/atomic.py), unit by unit: what each write makes durable, in which
+"""Atomic writes (tokformer/atomic.py), unit by unit: what each write makes durable, in which
 order, and what a failure leaves. Written to kill the mutants that the tests through the callers
 (checkpoints, model folders, exports) let live: those see the finished folder, never the fsyncs
 before its rename nor the clean-up after a failure."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tokformer.store import atomic
+from tokformer import atomic
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tokformer import atomic
 from tokformer.errors import CheckpointError
-from tokformer.store import atomic, checkpoints, steps, training_state, whole
+from tokformer.store import checkpoints, steps, training_state, whole
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

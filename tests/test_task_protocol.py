@@ -158,20 +158,39 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list
         "graph": (dict(per_class=4, folds=2, n_layers=1, k=4), [str(graph)]),
         "lm": (dict(data=str(text), vocab_size=270, context_len=8, n_layers=1), ["def "]),
         "translate": (dict(data=str(pairs), vocab_size=280, encoder_layers=1, decoder_layers=1), ["seven"]),
+        "vqa": (dict(image_size=32, patch_size=16, train_size=16, eval_size=8, n_layers=1, vocab_size=270,
+                     tokenizer="linear"), [str(image), "--prompt", "how many birds?"]),
     }
     for name, (options, _) in specs.items():
         train(name, run_dir=str(root / name), **small, **options, **ENGINE)
     return {name: (root / name, inputs) for name, (_, inputs) in specs.items()}
 
 
-@pytest.mark.parametrize("task", ["sort", "classify", "graph", "lm", "translate"])
+@pytest.mark.parametrize("task", ["sort", "classify", "graph", "lm", "translate", "vqa"])
 def test_cli_predict_works_for_every_task(task: str, runs) -> None:
     run, inputs = runs[task]
     result = CliRunner().invoke(main, ["predict", str(run), *inputs])
     assert result.exit_code == 0, result.output
     expected = {"sort": r"^\d \d \d \d\n$", "classify": r"x\.png: \S+ [01]\.\d{3}.*\n$",
-                "graph": r"g\.edgelist: \S+ [01]\.\d{3}.*\n$", "lm": r"^def ", "translate": r"^.*\n$"}
+                "graph": r"g\.edgelist: \S+ [01]\.\d{3}.*\n$", "lm": r"^def ", "translate": r"^.*\n$",
+                "vqa": r"^.*\n$"}
     assert re.search(expected[task], result.output), result.output  # one line each (lm: the prompt continued)
+
+
+@pytest.mark.parametrize("task", ["sort", "classify", "graph", "lm", "translate", "vqa"])
+def test_a_full_disk_while_a_task_saves_its_assets_leaves_the_saved_ones_whole(task: str, runs, tmp_path: Path,
+                                                                            fill_disk) -> None:
+    """Tokenizers, class names, vocabularies: a save that fails half-way (into a run directory, a model
+    folder's staging folder) leaves every file as it was, none cut short and no temporary one beside them."""
+    loaded, _ = load_run(runs[task][0])
+    copy = tmp_path / "run"
+    copy.mkdir()  # a run directory is made before its assets are saved
+    loaded.save_assets(copy)
+    before = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    fill_disk()
+    with pytest.raises(OSError, match="No space left"):
+        loaded.save_assets(copy)
+    assert {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()} == before
 
 
 def test_load_loads_once_and_predicts_repeatedly(runs, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from tokformer import files
+from tokformer.atomic import write_text_atomic
 from tokformer.batch import TokenBatch
 from tokformer.errors import UsageError
 
@@ -87,7 +88,7 @@ class Tokenizer(ABC):
         path.mkdir(parents=True, exist_ok=True)
         document = {"type": self.type_name, "config": self.get_config()}
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-        (path / TOKENIZER_CONFIG_FILE).write_text(text, encoding="utf-8")
+        write_text_atomic(path / TOKENIZER_CONFIG_FILE, text)  # each file whole or not at all
         self.save_files(path)
         return path
 

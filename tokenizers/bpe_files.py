@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tokformer import files
+from tokformer.atomic import write_text_atomic
 from tokformer.tokenizers.base import TokenizerError
 from tokformer.tokenizers.byte_level import str_to_token, token_to_str
 from tokformer.tokenizers.pretokenize import PATTERNS
@@ -85,7 +86,7 @@ def _byte_level(use_regex: bool) -> dict[str, Any]:
 
 
 def write_hf_json(files: BPEFiles, path: Path) -> None:
-    path.write_text(json.dumps(to_hf_json(files), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(to_hf_json(files), ensure_ascii=False, indent=1) + "\n")
 
 
 def read_hf_json(path: Path) -> BPEFiles:
@@ -163,11 +164,10 @@ def write_vocab_merges(files: BPEFiles, directory: Path) -> tuple[Path, Path]:
     vocab = {token_to_str(tok): i for tok, i in files.vocab.items()}
     vocab.update(files.special_tokens)
     vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
-    vocab_path.write_text(
-        json.dumps(dict(sorted(vocab.items(), key=lambda item: item[1])), ensure_ascii=False) + "\n", encoding="utf-8"
-    )
+    write_text_atomic(vocab_path, json.dumps(dict(sorted(vocab.items(), key=lambda item: item[1])),
+                                             ensure_ascii=False) + "\n")
     lines = ["#version: 0.2", *(f"{token_to_str(a)} {token_to_str(b)}" for a, b in files.merges)]
-    merges_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text_atomic(merges_path, "\n".join(lines) + "\n")
     return vocab_path, merges_path
 
 

@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from tokformer.engine import LOGGER, load_run, progress, read_metrics, train, write_atomic
+from tokformer.engine import LOGGER, hold_lock, load_run, progress, read_metrics, train, write_atomic
 from tokformer.errors import UsageError
 from tokformer.machine import snapshot
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
@@ -440,17 +440,18 @@ def run_experiment(
         raise UsageError("a birds report needs the comparison task: its receptive-field and attention analyses "
                          "are of the comparison models (tasks=('count', 'compare') or ('compare',))")
     start, out = time.perf_counter(), Path(out_dir)
-    done = finished_runs(out, config)  # a folder holding anything but a sweep of this config is refused here
-    before = _elapsed_before(out)
-    total = len(config.seeds) * len(config.tasks) * len(config.models)
     command = "tokformer birds" + (" --quick" if quick else "") + (
         f" --seeds {','.join(map(str, config.seeds))}" if seeds else "") + (
         f" --models {','.join(config.models)}" if models else "")
-    rendering_only = len(done) == total  # nothing to train: the report is redrawn, the sweep took no longer
-    elapsed = lambda: before if rendering_only else before + time.perf_counter() - start
-    report = lambda sweep: write_report(sweep, out, elapsed=elapsed(), command=command)
-    with progress(not quiet, total=total, desc="birds", unit="run") as bar:
-        # a report after every seed but the last: a long run is readable (and useful) before it ends
-        sweep = run_sweep(config, progress_bar=bar, out=out,
-                          on_seed_done=lambda s: report(s) if _seeds_done(s) < len(config.seeds) else None)
-    return report(sweep)
+    with hold_lock(out, command):  # two sweeps in one folder would each append the other's runs and reports
+        done = finished_runs(out, config)  # a folder holding anything but a sweep of this config is refused here
+        before = _elapsed_before(out)
+        total = len(config.seeds) * len(config.tasks) * len(config.models)
+        rendering_only = len(done) == total  # nothing to train: the report is redrawn, the sweep took no longer
+        elapsed = lambda: before if rendering_only else before + time.perf_counter() - start
+        report = lambda sweep: write_report(sweep, out, elapsed=elapsed(), command=command)
+        with progress(not quiet, total=total, desc="birds", unit="run") as bar:
+            # a report after every seed but the last: a long run is readable (and useful) before it ends
+            sweep = run_sweep(config, progress_bar=bar, out=out,
+                              on_seed_done=lambda s: report(s) if _seeds_done(s) < len(config.seeds) else None)
+        return report(sweep)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from tokformer.engine import over_seeds
+from tokformer.engine import over_seeds, save_figure, write_text_atomic
 from tokformer.tasks.birds.attention import attention_maps, bird_attention, corner_attention, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, SPECIES, TOP_RIGHT, generate
 from tokformer.tasks.birds.design import VIEWS, bayes_accuracy, oracle_accuracies
@@ -187,8 +187,7 @@ def plot_curves(path: Path, sweep: Sweep, rows: list[ModelRow]) -> None:
         ax.legend(fontsize=6, loc="lower right", ncol=2)
     axes[0].set_ylabel("validation accuracy (mean over seeds)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def _corner_pairs(sweep: Sweep) -> tuple[np.ndarray, np.ndarray]:
@@ -249,8 +248,7 @@ def plot_samples(path: Path, image_size: int, seed: int, extra_birds: float, sce
     axes[0, 0].set_ylabel("task: how many birds?", fontsize=9)
     axes[1, 0].set_ylabel("task: top-right (yellow) vs\nbottom-left (cyan) same species?", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def plot_accuracy(path: Path, rows: list[ModelRow]) -> None:
@@ -283,8 +281,7 @@ def plot_accuracy(path: Path, rows: list[ModelRow]) -> None:
         ax.legend(fontsize=7, loc="lower right")
     axes[0].set_ylabel("held-out accuracy (mean ± std over seeds)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def _gradient_reaches(erf: np.ndarray, box: tuple[float, float, float, float]) -> bool:
@@ -326,8 +323,7 @@ def plot_receptive_fields(path: Path, sweep: Sweep) -> None:
     fig.suptitle("Central output unit: analytic receptive field (white dashed) and effective receptive field\n"
                  "(|d score / d pixel|, heat); yellow / cyan: the two birds to compare", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 @dataclass
@@ -416,8 +412,7 @@ def plot_attention(path: Path, sweep: Sweep, summary: AttentionSummary) -> None:
         ax.imshow(up(cls / cls.max()), cmap="magma", alpha=0.65)
     fig.suptitle(f"{name} trained on the comparison task: attention from a top-right-bird patch", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 # -- markdown -----------------------------------------------------------------------
@@ -656,14 +651,14 @@ def write_report(sweep: Sweep, out_dir: str | Path, *, elapsed: float, command: 
     plot_receptive_fields(out / "receptive_fields.png", sweep)
     if attention is not None:
         plot_attention(out / "attention.png", sweep, attention)
-    (out / "results.json").write_text(json.dumps({
+    write_text_atomic(out / "results.json", json.dumps({
         "config": asdict(cfg), "elapsed_seconds": elapsed,
         "runs": [asdict(r) for r in sweep.results], "table": [asdict(r) for r in rows],
     }, indent=2) + "\n")
     seeds_done = sorted({r.seed for r in sweep.results})
     markdown = _markdown(cfg, rows, attention, elapsed, command, seeds_done, curve_section(sweep, rows),
                          machine_note(sweep.results))
-    (out / "report.md").write_text(markdown)
+    write_text_atomic(out / "report.md", markdown)
     return out / "report.md"
 
 

@@ -7,8 +7,9 @@ the task protocol it drives (:class:`Task`, :class:`StepOutput`, :func:`register
 group collectives, progress, atomic writes). Its modules are internal.
 """
 
+from tokformer.atomic import fsync_dir, staged_folder, write_atomic, write_json_atomic, write_text_atomic
 from tokformer.engine.api import evaluate, train
-from tokformer.engine.metrics import read_metrics
+from tokformer.engine.metrics import read_metrics, save_figure
 from tokformer.engine.optim import build_optimizer, lr_at, set_lr
 from tokformer.engine.progress import LOGGER, progress
 from tokformer.engine.report import Evaluation, over_seeds
@@ -18,7 +19,6 @@ from tokformer.runtime.config import RunConfig, TrainConfig, help_text, resolve_
 from tokformer.runtime.distributed import Dist, barrier, local
 from tokformer.runtime.registry import get_task, name_of, register_task, task_names
 from tokformer.runtime.task import TOKENIZER_DIR, StepOutput, Task
-from tokformer.store.atomic import fsync_dir, staged_folder, write_atomic, write_json_atomic
 from tokformer.store.budget import memory_limit
 from tokformer.store.checkpoints import tokenizer_fingerprint
 from tokformer.store.loader import Predictor, load, load_model, load_run, saved_task_name
@@ -60,6 +60,7 @@ __all__ = [
     "read_json_object",
     "register_task",
     "resolve_config",
+    "save_figure",
     "saved_task_name",
     "seed_everything",
     "set_lr",
@@ -69,4 +70,5 @@ __all__ = [
     "train",
     "write_atomic",
     "write_json_atomic",
+    "write_text_atomic",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -58,12 +59,15 @@ def _deterministic(on: bool) -> Iterator[None]:
 class RunDirPlan:
     """Rank 0's decision about the run directory, told to every rank: start a new run in
     ``path``, resume the run there, or refuse (``refusal`` says why). ``aside``: the run an
-    ``--overwrite`` renamed away, deleted once the new run has saved its first checkpoint."""
+    ``--overwrite`` renamed away, deleted once the new run has saved its first checkpoint.
+    ``existed``: ``path`` was an empty folder before the run (one the user made for it): a run that
+    fails before its first checkpoint empties it again instead of deleting it."""
 
     path: str = ""
     resume: bool = False
     refusal: str | None = None
     aside: str | None = None
+    existed: bool = False
 
 
 def _new_default_run_dir(task: str) -> Path:
@@ -97,6 +101,8 @@ def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool,
             held.enter_context(lock.hold(run_dir, "tokformer train"))
             runs.recover(run_dir)
             plan = _plan(run_dir, cfg, resume, overwrite)
+            if not cfg.train.run_dir:  # the default directory was made empty just now, by us
+                plan = dataclasses.replace(plan, existed=False)
             if plan.refusal is None:
                 run_dir.mkdir(parents=True, exist_ok=True)
         except ConfigError as e:
@@ -110,8 +116,10 @@ def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool,
 def _plan(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> RunDirPlan:
     if resume:
         return RunDirPlan(str(run_dir), resume=True)
-    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+    if not run_dir.exists():
         return RunDirPlan(str(run_dir))
+    if run_dir.is_dir() and not any(run_dir.iterdir()):
+        return RunDirPlan(str(run_dir), existed=True)
     if not run_dir.is_dir():
         return RunDirPlan(refusal=f"--run-dir {run_dir} is a file; give a directory")
     if overwrite:
@@ -287,7 +295,7 @@ def train(
             # half-made run directory behind, so rerunning needs no --overwrite; a run it was replacing
             # comes back.
             if not resuming and d.is_main and not list_checkpoints(run_dir):
-                shutil.rmtree(run_dir, ignore_errors=True)
+                runs.remove(run_dir, keep_folder=plan.existed)
                 if aside is not None:
                     runs.restore(run_dir, aside)
             raise

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from tokformer import files
+from tokformer.atomic import write_atomic, write_text_atomic
 from tokformer.runtime.distributed import Dist, all_sum
 from tokformer.runtime.task import StepOutput
 
@@ -61,7 +62,8 @@ class MetricLog:
         """Forget records past ``step``: a resumed run redoes those steps and logs them again."""
         if self.path.exists():
             kept = [line for line in read_metrics(self.path.parent) if line["step"] <= step]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            # whole or not at all: a full disk while it is rewritten must not cost the run its history
+            write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def close(self) -> None:
         if self.tb is not None:
@@ -124,7 +126,18 @@ def plot_metrics(run_dir: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         fig.tight_layout()
         path = out / f"{name}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        save_figure(fig, path, dpi=100)
         written.append(path)
     return written
+
+
+def save_figure(fig: Any, path: Path, dpi: int) -> None:
+    """Write matplotlib figure ``fig`` to ``path`` (its format from the suffix) whole or not at all
+    (:func:`~tokformer.atomic.write_atomic`: a crash or a full disk leaves the previous figure),
+    then close it, whether or not the write succeeded: a figure left open holds its memory."""
+    import matplotlib.pyplot as plt
+
+    try:
+        write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=dpi))
+    finally:
+        plt.close(fig)

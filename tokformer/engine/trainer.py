@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
 from tokformer import files
+from tokformer.atomic import write_json_atomic
 from tokformer.engine import fsdp
 from tokformer.engine.data import StepSampler, eval_batches, to_device
 from tokformer.engine.finetune import InitialWeights, load_initial
@@ -44,7 +45,6 @@ from tokformer.runtime.config import RunConfig, TrainConfig
 from tokformer.runtime.distributed import Dist, all_sum, barrier, gather
 from tokformer.runtime.task import Task
 from tokformer.store import checkpoints
-from tokformer.store.atomic import write_json_atomic
 from tokformer.store.budget import TRAINING_BYTES_PER_PARAMETER, check_memory, planned_size
 from tokformer.store.steps import list_checkpoints, prune, remove_partial, step_dir
 from tokformer.store.weights import check_fits, damaged

@@ -42,9 +42,9 @@ from torch.export import Dim, ExportedProgram, ShapesCollection
 from torch.utils import _pytree as pytree
 from tqdm import tqdm
 
+from tokformer.atomic import staged_folder
 from tokformer.batch import TokenBatch
 from tokformer.errors import ConfigError, UsageError
-from tokformer.store.atomic import staged_folder
 from tokformer.store.folder import check_free, write_model_folder
 from tokformer.store.loader import load_run
 from tokformer.store.lock import hold

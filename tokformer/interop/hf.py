@@ -43,11 +43,11 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from tokformer import files
+from tokformer.atomic import staged_folder
 from tokformer.errors import CheckpointError, ConfigError, DataError
 from tokformer.files import inside, read_json
 from tokformer.language_model import CausalLM
 from tokformer.runtime.registry import get_task
-from tokformer.store.atomic import staged_folder
 from tokformer.store.budget import check_against_weights, planned_size
 from tokformer.store.folder import check_free
 from tokformer.store.weights import load_fitting

@@ -6,7 +6,7 @@
 - what a path holds, read once (:mod:`.source`), other libraries' formats registered by
   :mod:`tokformer.interop` (:mod:`.formats`), and the one loader (:mod:`.loader`).
 
-Every folder it writes appears whole or not at all (:mod:`.atomic`). It sits between the
+Every folder it writes appears whole or not at all (:mod:`tokformer.atomic`). It sits between the
 engine and the runtime: ``engine -> store -> runtime -> core``; interop registers into it.
 """
 

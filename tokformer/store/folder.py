@@ -20,11 +20,11 @@ from pathlib import Path
 
 from torch import nn
 
+from tokformer.atomic import staged_folder
 from tokformer.errors import ConfigError
 from tokformer.runtime.config import resolve_config
 from tokformer.runtime.registry import get_task, name_of
 from tokformer.runtime.task import Task
-from tokformer.store.atomic import staged_folder
 from tokformer.store.budget import check_against_weights, planned_size
 from tokformer.store.checkpoints import TOKENIZER_HASH, tokenizer_fingerprint
 from tokformer.store.run_dir import CONFIG_FILE

@@ -8,7 +8,7 @@ two ``data prepare`` runs into one folder. Each such command holds ``PARENT/.NAM
 never stale (worker processes forked while it is held share it; they die with their parent,
 see ``tasks/lm_shards.py``). Unlike a POSIX record lock it also holds between two threads of
 one process. The file records the holder (pid, host, command, start) for the refusal message.
-Taking the lock also removes the staging folders (:func:`tokformer.store.atomic.staged_folder`)
+Taking the lock also removes the staging folders (:func:`tokformer.atomic.staged_folder`)
 a killed holder left: while the lock is held, no build of the folder can be running.
 """
 
@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tokformer import files
+from tokformer.atomic import staging_folders
 from tokformer.errors import ConfigError
-from tokformer.store.atomic import staging_folders
 
 
 def lock_file(directory: Path) -> Path:

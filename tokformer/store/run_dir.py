@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tokformer.atomic import hidden_siblings, write_json_atomic
 from tokformer.errors import ConfigError
 from tokformer.runtime.config import load_config_file
-from tokformer.store.atomic import hidden_siblings, write_json_atomic
 from tokformer.store.steps import list_checkpoints
 
 CONFIG_FILE = "config.json"  # a run's resolved config; a model folder's config.json has "format" too
@@ -86,6 +86,19 @@ def restore(run_dir: Path, aside: Path) -> None:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     os.replace(aside, run_dir)
+
+
+def remove(run_dir: Path, keep_folder: bool) -> None:
+    """Delete what a run that failed before its first checkpoint wrote: ``run_dir`` with it, unless
+    it is a folder the user made for the run (``keep_folder``), which is left as it was, empty."""
+    if not keep_folder:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for entry in run_dir.iterdir() if run_dir.is_dir() else ():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def discard(aside: Path) -> None:

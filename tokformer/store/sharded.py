@@ -41,9 +41,9 @@ from safetensors.torch import save_file
 from torch import nn
 
 from tokformer import files
+from tokformer.atomic import fsync_dir, fsync_file
 from tokformer.errors import CheckpointError
 from tokformer.runtime.distributed import Dist, broadcast, gather
-from tokformer.store.atomic import fsync_dir, fsync_file
 from tokformer.store.steps import WRITE_ERRORS, publish, temp_step_dir, write_failed
 from tokformer.store.training_state import join_tensors, param_groups_from_json, save_training_state, split_tensors
 from tokformer.store.weights import damaged, dedupe_shared, is_dtensor

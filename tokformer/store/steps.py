@@ -16,8 +16,8 @@ from pathlib import Path
 
 from safetensors import SafetensorError
 
+from tokformer.atomic import fsync_dir, shareable
 from tokformer.errors import CheckpointError
-from tokformer.store.atomic import fsync_dir, shareable
 
 CHECKPOINTS = "checkpoints"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")

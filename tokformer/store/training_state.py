@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from tokformer import files
-from tokformer.store.atomic import fsync_file
+from tokformer.atomic import fsync_file
 from tokformer.store.weights import damaged
 
 STATE_JSON = "state.json"

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from tokformer.store.atomic import fsync_dir, fsync_file
+from tokformer.atomic import fsync_dir, fsync_file
 from tokformer.store.steps import WRITE_ERRORS, publish, temp_step_dir, write_failed
 from tokformer.store.training_state import param_groups_from_json, save_training_state
 from tokformer.store.weights import WEIGHTS_FILE, damaged, save_model_state
