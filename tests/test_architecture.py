@@ -9,6 +9,7 @@ are plug-in lookups, not imports, and are not seen here by design.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,17 @@ def test_tasks_use_the_engine_through_its_public_names_only(graph: dict[str, set
     internal = sorted(f"{name} imports {target}" for name, targets in graph.items() if layer(name) == "tasks"
                       for target in targets if layer(target) == "engine" and target != "tokformer.engine")
     assert not internal, "\n".join(internal)
+
+
+def test_docs_engine_md_lists_every_public_engine_name() -> None:
+    """A task may import only what ``tokformer.engine`` exports, so docs/engine.md's table of them must be whole."""
+    import tokformer.engine
+
+    section = (REPO / "docs" / "engine.md").read_text(encoding="utf-8").split("### The engine's public surface")[1]
+    table = section.split("\n\n")[2]  # the heading, the paragraph, then the table
+    listed = {name for row in table.splitlines()[2:] for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+    assert listed == set(tokformer.engine.__all__), (sorted(set(tokformer.engine.__all__) - listed),
+                                                     sorted(listed - set(tokformer.engine.__all__)))
 
 
 def test_there_are_no_import_circles(graph: dict[str, set[str]]) -> None:

@@ -12,6 +12,7 @@ import concurrent.futures
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -183,3 +184,31 @@ def test_training_commands_get_the_budget_and_keep_their_own_flags() -> None:
     chained = budgeted("tokformer train sort --run-dir r && tokformer export r --out m")
     assert chained.startswith("tokformer train sort --run-dir r --steps 2 ")
     assert chained.endswith(" && tokformer export r --out m"), "each command of a chain is budgeted on its own"
+
+
+def catalogued_tests(catalogue: str) -> list[tuple[str | None, str]]:
+    """(test file or None, test function) for every test a row of docs/reliability.md names in its last
+    cell: ``file.py::test_name[params]``, or a bare ``test_name`` (of the file named before it in the cell,
+    if any). ``...`` shorthands (``test_cli.py::...[case]``) name no function."""
+    named = []
+    for row in catalogue.splitlines():
+        if not row.startswith("| "):
+            continue
+        current = None
+        for file, function, bare in re.findall(r"`(?:([\w/]+\.py)::(\w+)|(test_\w+))(?:\[[^\]`]*\])?`",
+                                               row.split("|")[-2]):
+            current = file or current
+            named.append((current, function or bare))
+    return named
+
+
+def test_every_test_the_reliability_catalogue_names_exists() -> None:
+    """A renamed test must not leave the catalogue pointing at nothing: a row then claims a check no one runs."""
+    named = catalogued_tests((ROOT / "docs" / "reliability.md").read_text(encoding="utf-8"))
+    assert len(named) > 100
+    assert ("test_engine_train.py", "test_a_failed_run_leaves_the_empty_folder_the_user_made_for_it") in named
+    sources = {path.name: path.read_text(encoding="utf-8") for path in (ROOT / "tests").glob("test_*.py")}
+    missing = [f"{file or '?'}::{function}" for file, function in named
+               if not any(re.search(rf"^(?:async )?def {function}\(", text, re.M)
+                          for name, text in sources.items() if file is None or name == Path(file).name)]
+    assert not missing, missing
