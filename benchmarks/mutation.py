@@ -156,7 +156,8 @@ MODULES: dict[str, Module] = {
                           "tests/test_mutation_graph_tokenizer*.py"),
     "store_paths": _m("tokformer/store/source.py tokformer/store/run_dir.py tokformer/store/budget.py",
                       "tests/test_hostile_inputs.py tests/test_cli_flags.py tests/test_pretrained.py "
-                      "tests/test_checkpoint_faults.py tests/test_mutation_store*.py"),
+                      "tests/test_checkpoint_faults.py tests/test_mutation_store*.py "
+                      "tests/test_mutation_run_planning*.py"),
     "model_folder": _m("tokformer/store/folder.py tokformer/store/weights.py",
                        "tests/test_engine_checkpoint.py tests/test_pretrained.py tests/test_mutation_store*.py "
                        "tests/test_mutation_model_folder*.py"),
@@ -173,6 +174,10 @@ MODULES: dict[str, Module] = {
     "sharded": _m("tokformer/store/sharded.py",
                   "tests/test_engine_sharded_checkpoint.py tests/test_checkpoint_faults.py "
                   "tests/test_hostile_inputs.py tests/test_engine_fsdp.py tests/test_mutation_sharded*.py"),
+    "run_planning": _m("tokformer/engine/api.py", "tests/test_mutation_run_planning*.py",
+                       "x__new_default_run_dir x__prepare_run_dir x__plan x__task_files x__requeue",
+                       why="where a new run goes: start, resume, set an old run aside, or refuse (what decides "
+                           "what is deleted), not the training it then starts"),
 }
 
 INTRO = (
