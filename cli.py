@@ -496,6 +496,7 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
 @click.argument("sentence", required=False)
 @click.option("--file", "in_file", metavar="FILE", help="Translate this UTF-8 file, one sentence per line.")
 @click.option("-o", "--out", "out_file", metavar="FILE", help="With --file: write translations here [default: stdout].")
+@click.option("--overwrite", is_flag=True, help="Replace --out's FILE if it exists (never the --file translated).")
 @click.option("--eval", "held_out", is_flag=True, help="Score BLEU, chrF and exact match on the held-out split.")
 @click.option("--beam-size", type=POSITIVE, default=None, help="1 = greedy decoding [default: the run's, 4].")
 @click.option("--length-penalty", type=FINITE, default=None,
@@ -505,8 +506,8 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def translate_command(run_dir: str, sentence: str | None, in_file: str | None, out_file: str | None,
-                      held_out: bool, beam_size: int | None, length_penalty: float | None, batch_size: int,
-                      checkpoint: str, device: str, quiet: bool) -> None:
+                      overwrite: bool, held_out: bool, beam_size: int | None, length_penalty: float | None,
+                      batch_size: int, checkpoint: str, device: str, quiet: bool) -> None:
     """Translate SENTENCE (or --file, or the held-out split with --eval) with a `tokformer train translate` run
     or its model folder (tokformer export)."""
     from tokformer.engine.progress import progress
@@ -516,6 +517,10 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
         raise click.UsageError("give exactly one of SENTENCE, --file and --eval")
     if out_file is not None and in_file is None:
         raise click.UsageError("--out needs --file")
+    if out_file is not None:  # before the model loads: a refusal costs nothing
+        from tokformer.files import check_output_file
+
+        check_output_file(out_file, overwrite=overwrite, inputs=[in_file])
     model = load_translator(run_dir, checkpoint, device)
     options = {"beam_size": beam_size, "length_penalty": length_penalty, "batch_size": batch_size}
     if sentence is not None:

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from tokformer.engine import save_figure
 from tokformer.errors import ConfigError, UsageError
+from tokformer.files import check_output_file
 from tokformer.masks import prefix_lm_mask
 from tokformer.tasks.birds.attention import attention_maps, bird_tokens
 from tokformer.tasks.vqa import Example, VQATask
@@ -154,11 +155,7 @@ def attention_figure(source: str | os.PathLike, image: str | os.PathLike, questi
 
     if len(questions) > MAX_QUESTIONS:
         raise UsageError(f"{len(questions)} questions: one figure shows at most {MAX_QUESTIONS}; draw several")
-    out = Path(out)
-    if out.exists() and not out.is_file():  # --overwrite replaces a figure, never a folder or a device
-        raise UsageError(f"{out} is a folder or another non-file; give the path of a .png file to write")
-    if out.exists() and not overwrite:
-        raise UsageError(f"{out} exists; pass --overwrite to replace it")
+    out = check_output_file(out, overwrite=overwrite, inputs=[image])
     predictor = load(source, checkpoint, device)
     if not isinstance(predictor.task, VQATask):
         raise ConfigError(f"{source} is not a vqa model")

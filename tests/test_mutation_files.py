@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tokformer import files
-from tokformer.errors import DataError
+from tokformer.errors import DataError, UsageError
 
 
 def test_a_relative_path_is_named_with_where_it_was_looked_for(tmp_path, monkeypatch) -> None:
@@ -68,3 +68,22 @@ def test_an_empty_file_has_no_lines_and_says_so(tmp_path) -> None:
     (tmp_path / "empty.txt").write_bytes(b"")
     with pytest.raises(DataError, match=f"^{tmp_path / 'empty.txt'} is empty$"):
         files.read_lines(tmp_path / "empty.txt")
+
+
+def test_an_output_file_may_be_new_or_replaced_when_asked_and_never_an_input(tmp_path) -> None:
+    new, mine, source = tmp_path / "new.txt", tmp_path / "mine.txt", tmp_path / "in.txt"
+    mine.write_text("mine")
+    source.write_text("data")
+    assert files.check_output_file(str(new), overwrite=False, inputs=[source]) == new
+    assert files.check_output_file(mine, overwrite=True, inputs=[source, tmp_path / "missing.txt"]) == mine
+    with pytest.raises(UsageError, match=rf"^--out {mine} exists; pass --overwrite to replace it$"):
+        files.check_output_file(mine, overwrite=False)
+    with pytest.raises(UsageError, match=rf"^-o {tmp_path} is a folder or another non-file; give the path of a file "
+                                         "to write$"):
+        files.check_output_file(tmp_path, overwrite=True, flag="-o")
+    (tmp_path / "hard.txt").hardlink_to(source)
+    for name in ("in.txt", "hard.txt"):  # the input by its own name or another one
+        with pytest.raises(UsageError, match=rf"^--out {tmp_path / name} is the input {source}: writing there would "
+                                             "replace it; choose another file$"):
+            files.check_output_file(tmp_path / name, overwrite=True, inputs=[tmp_path / "missing.txt", source])
+    assert mine.read_text() == "mine" and source.read_text() == "data"

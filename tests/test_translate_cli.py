@@ -50,6 +50,28 @@ def test_translate_a_sentence_a_file_and_the_held_out_split(run_dir: Path, tmp_p
     assert {line.split(":")[0] for line in result.output.splitlines()} == {"bleu", "chrf", "exact_match", "sentences"}
 
 
+def test_translations_never_replace_their_input_and_replace_another_file_only_with_overwrite(run_dir: Path,
+                                                                                            tmp_path: Path) -> None:
+    source, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("one\ntwo\n", encoding="utf-8")
+    link = tmp_path / "link.txt"
+    link.symlink_to(source)
+    for target in (source, link):  # the input itself, or another name of it
+        result = invoke("translate", str(run_dir), "--file", str(source), "--out", str(target), "--overwrite", "-q")
+        assert result.exit_code == 2 and result.output == (f"Error: --out {target} is the input {source}: writing "
+                                                           "there would replace it; choose another file\n")
+    assert source.read_text(encoding="utf-8") == "one\ntwo\n"
+    out.write_text("mine", encoding="utf-8")
+    result = invoke("translate", str(run_dir), "--file", str(source), "--out", str(out), "-q")
+    assert result.exit_code == 2 and result.output == f"Error: --out {out} exists; pass --overwrite to replace it\n"
+    assert out.read_text(encoding="utf-8") == "mine"
+    result = invoke("translate", str(run_dir), "--file", str(source), "--out", str(out), "--overwrite", "-q")
+    assert result.exit_code == 0, result.output
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+    result = invoke("translate", str(run_dir), "--file", str(source), "--out", str(tmp_path), "--overwrite", "-q")
+    assert result.exit_code == 2 and "is a folder or another non-file" in result.output
+
+
 def test_bad_input_is_one_line_naming_file_and_line(run_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "holes.txt").write_text("one\n\ntwo\n", encoding="utf-8")
     result = invoke("translate", str(run_dir), "--file", str(tmp_path / "holes.txt"))

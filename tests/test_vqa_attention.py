@@ -169,6 +169,9 @@ def test_the_attention_command_writes_its_figure_and_keeps_what_is_there(tmp_pat
     onto_folder = CliRunner().invoke(main, [*args[:-3], "-o", str(folder), "-q", "--overwrite"])
     assert onto_folder.exit_code == 2 and "is a folder or another non-file" in onto_folder.output
     assert folder.is_dir() and not list(tmp_path.glob(".*partial*")), "a half-written figure was left behind"
+    onto_picture = CliRunner().invoke(main, [*args[:-3], "-o", str(picture), "-q", "--overwrite"])
+    assert onto_picture.exit_code == 2
+    assert f"is the input {picture}: writing there would replace it" in onto_picture.output
     many = CliRunner().invoke(main, [*args[:4], *["how many birds are there?"] * (MAX_QUESTIONS + 1), "-o",
                                      str(tmp_path / "many.png"), "-q"])
     assert many.exit_code == 2 and f"one figure shows at most {MAX_QUESTIONS}" in many.output

@@ -1,4 +1,5 @@
-"""Reading a user's files: one place that turns every way a read fails into one message.
+"""A user's files: one place that turns every way a read fails into one message, and that says
+where a command's result may not be written.
 
 Whatever reads the file (``Path.read_text``, PIL, networkx, ``csv``), a missing,
 unreadable or non-text file is reported the same way: one :class:`~tokformer.errors.DataError`
@@ -10,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tokformer.errors import DataError, TokformerError
+from tokformer.errors import DataError, TokformerError, UsageError
 
 
 def where(path: str | os.PathLike) -> str:
@@ -128,3 +129,23 @@ def shown(value: Any, limit: int = 80) -> str:
     printing a huge value someone put in a file."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def check_output_file(out: str | os.PathLike, *, overwrite: bool, inputs: Sequence[str | os.PathLike] = (),
+                      flag: str = "--out") -> Path:
+    """``out`` as a Path, or a one-line UsageError where writing a command's result there would destroy
+    something: a folder or another non-file; a file that exists, unless ``overwrite`` (the user asked to
+    replace it); one of the command's own ``inputs``, even with ``overwrite`` (the result would replace
+    the data it was made from). Checked before any work, so a refusal costs nothing."""
+    path = Path(out)
+    if not path.exists():
+        return path
+    if not path.is_file():
+        raise UsageError(f"{flag} {out} is a folder or another non-file; give the path of a file to write")
+    for given in inputs:
+        if Path(given).exists() and os.path.samefile(path, given):
+            raise UsageError(f"{flag} {out} is the input {given}: writing there would replace it; choose another "
+                             "file")
+    if not overwrite:
+        raise UsageError(f"{flag} {out} exists; pass --overwrite to replace it")
+    return path
