@@ -248,19 +248,22 @@ def _use_tokenizer(tokenizer: BPETokenizer) -> None:
 
 
 def _die_with_parent() -> None:
-    """Linux: this worker gets SIGTERM when its parent dies (even by SIGKILL), so no orphan keeps
+    """Linux: this worker gets SIGKILL when its parent dies (even by SIGKILL), so no orphan keeps
     encoding, holding memory, or holding files open after the command is gone."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 def _init_worker(tokenizer: BPETokenizer) -> None:
-    """A worker holds the tokenizer and leaves stopping to the parent: it ignores Ctrl-C (which reaches
-    the whole process group), and SIGTERM or a lost parent ends it quietly, without a traceback."""
+    """A worker holds the tokenizer and leaves stopping to the parent: it ignores Ctrl-C and SIGTERM (which
+    reach the whole process group) and ends when the parent shuts the pool down, after the document it is
+    on, or at once if the parent dies. A worker killed by the signal could die half-way through sending a
+    result: the pool's thread in the parent then waits for the rest of that message forever, and the
+    parent never exits (CPython's ProcessPoolExecutor cannot recover from a torn message)."""
     _use_tokenizer(tokenizer)
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, which fork copied
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # not the parent's handler, which fork copied
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 

@@ -2,8 +2,16 @@
 the same ids as the lm task's packed corpus, worker-count independence, and refusing bad input."""
 
 import json
+import multiprocessing
+import os
 import pickle
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -85,6 +93,62 @@ def test_prepared_shards_hold_exactly_the_ids_the_lm_task_packs(tmp_path, text_d
     assert len(index.shards) > 3 and sharded == packed
     assert index.documents == 9  # the binary file skipped
     assert BPETokenizer.load(tmp_path / "s" / "tokenizer").files() == task.tokenizer.files()
+
+
+def test_a_sigterm_reaching_the_workers_leaves_stopping_to_the_parent(text_dir, bpe):
+    """A scheduler's SIGTERM reaches the whole process group. A worker it killed could die half-way through
+    sending a result, and the pool's thread in the parent would then wait for the rest of it forever (the
+    command hung at exit, docs/reliability.md H47): the workers ignore it, and the parent, whose own handler
+    records the stop, ends the pool between documents."""
+    paths = sorted(text_dir.glob("*.py"))
+    results = lm_shards._encoded(paths, bpe, 2, lambda: False)
+    first = next(results)
+    workers = multiprocessing.active_children()
+    assert len(workers) == 2
+    for worker in workers:
+        os.kill(worker.pid, signal.SIGTERM)
+    time.sleep(0.2)
+    assert all(worker.is_alive() for worker in workers)
+    encoded = [first, *results]  # the rest of the files, as if nothing had happened
+    alone = list(lm_shards._encoded(paths, bpe, 1, lambda: False))
+    assert len(encoded) == len(paths) and all(np.array_equal(a, b) for a, b in zip(encoded, alone, strict=True))
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie no one reaped yet counts: it runs nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from Linux's /proc")
+def test_the_workers_end_when_their_parent_is_killed(text_dir):
+    """They ignore SIGTERM (above), so the signal a lost parent sends them is SIGKILL: no orphan encodes on."""
+    script = textwrap.dedent(f"""
+        import multiprocessing, time
+        from pathlib import Path
+        from tokformer.tasks import lm_shards
+        from tokformer.tokenizers.bpe import BPETokenizer
+        bpe = BPETokenizer.train(["def add(a, b): return a + b"] * 4, 270)
+        results = lm_shards._encoded(sorted(Path({str(text_dir)!r}).glob("*.py")), bpe, 2, lambda: False)
+        next(results)
+        print(" ".join(str(p.pid) for p in multiprocessing.active_children()), flush=True)
+        time.sleep(120)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    workers = [int(pid) for pid in parent.stdout.readline().split()]
+    assert len(workers) == 2 and not any(_gone(pid) for pid in workers)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    orphans = [pid for pid in workers if not _gone(pid)]
+    for pid in orphans:  # a failing run must not leave them behind
+        os.kill(pid, signal.SIGKILL)
+    assert not orphans
 
 
 def test_one_and_two_workers_write_byte_identical_shards(tmp_path, text_dir):
