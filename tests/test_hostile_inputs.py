@@ -185,6 +185,16 @@ def test_taking_a_lock_clears_the_staging_folders_a_killed_holder_left_and_nothi
         assert not stale.exists() and all(folder.is_dir() for folder in users)
 
 
+def test_taking_a_lock_undoes_a_replacement_killed_between_its_renames(tmp_path: Path) -> None:
+    """``data prepare lm --overwrite`` killed after moving the older shards aside and before renaming the
+    new ones in: the next command on that folder finds the older shards in place, not under a hidden name."""
+    older = tmp_path / ".shards.old-ab_12cd3"
+    older.mkdir()
+    (older / "index.json").write_text("{}")
+    with lock.hold(tmp_path / "shards", "tokformer data prepare lm"):
+        assert (tmp_path / "shards" / "index.json").read_text() == "{}" and not older.exists()
+
+
 def test_the_lock_file_a_killed_holder_left_is_taken_over_and_removed(tmp_path: Path) -> None:
     left = {"pid": 1, "host": "h", "command": "tokformer train", "since": "2026-12-05 09:00:00"}
     (tmp_path / ".run.lock").write_text(json.dumps(left))

@@ -240,9 +240,61 @@ def test_a_replacing_staged_folder_moves_the_older_one_to_a_fresh_name_and_delet
         (tmp / "new.bin").write_text("new")
     assert [p.name for p in out.iterdir()] == ["new.bin"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".shards.old", "shards"]
-    moved, renamed = (target for kind, target in durable if kind == "replace")
+    moved, renamed, trashed = (target for kind, target in durable if kind == "replace")
     assert Path(moved).name.startswith(".shards.old-") and len(Path(moved).name) == len(".shards.old-") + 8
     assert renamed == str(out.resolve())  # the older folder went first, onto its fresh name
+    assert Path(trashed).name.startswith(".shards.tmp-"), "deleted under a staging name, never as .old-"
+
+
+def test_an_interrupt_between_the_two_renames_of_a_replacement_brings_the_older_folder_back(tmp_path,
+                                                                                         monkeypatch) -> None:
+    out = tmp_path / "shards"
+    out.mkdir()
+    (out / "old.bin").write_text("old")
+    replace, calls = os.replace, []
+
+    def interrupted_before_the_second(src, dst) -> None:
+        calls.append(dst)
+        if len(calls) == 2:  # the new folder's rename
+            raise KeyboardInterrupt
+        replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", interrupted_before_the_second)
+    with pytest.raises(KeyboardInterrupt), atomic.staged_folder(out, replace=True) as tmp:
+        (tmp / "new.bin").write_text("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["shards"] and (out / "old.bin").read_text() == "old"
+
+
+def test_an_error_after_the_two_renames_of_a_replacement_keeps_the_new_folder(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "shards"
+    out.mkdir()
+    (out / "old.bin").write_text("old")
+    sync = atomic.fsync_dir
+
+    def parent_sync_fails(path: Path) -> None:
+        if Path(path) == tmp_path:  # the last step: making the renames durable
+            raise OSError("fsync failed")
+        sync(path)
+
+    monkeypatch.setattr(atomic, "fsync_dir", parent_sync_fails)
+    with pytest.raises(OSError, match="fsync failed"), atomic.staged_folder(out, replace=True) as tmp:
+        (tmp / "new.bin").write_text("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["shards"] and [p.name for p in out.iterdir()] == ["new.bin"]
+
+
+def test_a_replacement_killed_between_its_renames_is_undone_and_one_killed_after_them_finished(tmp_path) -> None:
+    """What a SIGKILL leaves (no except clause runs): the next holder of the folder's lock repairs it."""
+    out, older = tmp_path / "shards", tmp_path / ".shards.old-ab_12cd3"
+    older.mkdir()
+    (older / "old.bin").write_text("old")
+    (tmp_path / ".shards.old-notmine").mkdir()  # not a name mkdtemp makes
+    atomic.recover_replaced(out)  # killed between the renames: the older folder comes back
+    assert (out / "old.bin").read_text() == "old" and not older.exists()
+    older.mkdir()
+    (older / "older.bin").write_text("older")
+    atomic.recover_replaced(out)  # killed after them: the new one stands, the older one goes
+    assert [p.name for p in out.iterdir()] == ["old.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".shards.old-notmine", "shards"]
 
 
 def test_a_replacing_staged_folder_that_fails_leaves_the_older_one_in_place(tmp_path) -> None:

@@ -108,6 +108,32 @@ def staging_folders(out: Path) -> list[Path]:
     return hidden_siblings(out, STAGING, r"[a-z0-9_]{8}")
 
 
+def replaced_folders(out: Path) -> list[Path]:
+    """The older folders :func:`staged_folder` moved aside to replace ``out`` (left by one that was killed)."""
+    return hidden_siblings(out, OLD, r"[a-z0-9_]{8}")
+
+
+def recover_replaced(out: Path) -> None:
+    """Finish a replacement (:func:`staged_folder` with ``replace``) that was killed: killed between its two
+    renames, ``out`` is missing and the older folder comes back; killed after them, the new ``out`` stands
+    and the older one goes. Call it holding ``out``'s lock (:func:`tokformer.store.lock.hold` does): no
+    replacement of ``out`` is running then."""
+    for older in replaced_folders(out):
+        if out.exists():
+            _discard(older, out)
+        else:
+            os.replace(older, out)
+
+
+def _discard(older: Path, out: Path) -> None:
+    """Delete the folder ``out`` replaced. It is renamed to a staging name first, so a kill while it is being
+    deleted leaves half of it only under a name the next holder of the lock clears, never as ``.old-``
+    (which :func:`recover_replaced` would bring back)."""
+    trash = _new_sibling(out, STAGING)
+    os.replace(older, trash)  # onto the empty folder mkdtemp made
+    shutil.rmtree(trash)
+
+
 def _new_sibling(out: Path, marker: str) -> Path:
     """A new, empty, owner-only folder ``PARENT/.NAME{marker}XXXXXXXX``: a name no other folder holds, so
     nothing of the user's is ever taken for it."""
@@ -125,23 +151,25 @@ def staged_folder(out: Path, replace: bool = False) -> Iterator[Path]:
     removes the temporary folder and leaves ``out`` as it was. The caller checks ``out`` is
     free first, so it can refuse before any work is done. With ``replace``, ``out`` may also be
     an older folder the caller checked holds only what tokformer wrote: it is moved to
-    ``.NAME.old-XXXX``, the new one renamed in, and then it is deleted (a kill between the two
-    renames leaves it there, never under a name a later build would clear).
+    ``.NAME.old-XXXX``, the new one renamed in, and then it is deleted. An error or an interrupt
+    between the two renames brings it back; a kill there leaves it for :func:`recover_replaced`.
     """
-    tmp = _new_sibling(out, STAGING)
+    tmp, older = _new_sibling(out, STAGING), None
     try:
         yield tmp
         shareable(tmp)
         fsync_tree(tmp)
         if out.is_dir() and not any(out.iterdir()):
             out.rmdir()
-        older = _new_sibling(out, OLD) if replace and out.is_dir() else None
-        if older is not None:
+        if replace and out.is_dir():
+            older = _new_sibling(out, OLD)
             os.replace(out, older)  # onto the empty folder mkdtemp made
         os.replace(tmp, out)
         fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if older is not None:
+            recover_replaced(out)  # the older folder back in place, or gone if the new one stands
         raise
     if older is not None:
-        shutil.rmtree(older)
+        _discard(older, out)

@@ -9,7 +9,8 @@ never stale (worker processes forked while it is held share it; they die with th
 see ``tasks/lm_shards.py``). Unlike a POSIX record lock it also holds between two threads of
 one process. The file records the holder (pid, host, command, start) for the refusal message.
 Taking the lock also removes the staging folders (:func:`tokformer.atomic.staged_folder`)
-a killed holder left: while the lock is held, no build of the folder can be running.
+a killed holder left and finishes a replacement it was killed in (:func:`tokformer.atomic.recover_replaced`):
+while the lock is held, no build of the folder can be running.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tokformer import files
-from tokformer.atomic import staging_folders
+from tokformer.atomic import recover_replaced, staging_folders
 from tokformer.errors import ConfigError
 
 
@@ -57,6 +58,7 @@ def hold(directory: str | os.PathLike, command: str) -> Iterator[None]:
                           "name: move it away, or choose another directory")
     for stale in staging_folders(Path(directory).absolute()):  # a killed holder's; only a holder knows
         shutil.rmtree(stale, ignore_errors=True)  # that they are no running build's
+    recover_replaced(Path(directory).absolute())
     try:
         record = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
                   "since": time.strftime("%Y-%m-%d %H:%M:%S")}  # the keys of RECORD
