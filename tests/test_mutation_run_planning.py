@@ -6,16 +6,20 @@ fast ones: benchmarks/results/mutation.md)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import time
 from pathlib import Path
 
 import pytest
 
-from tokformer.engine import api
+from tokformer.engine import LOGGER, api
 from tokformer.engine.api import RunDirPlan
 from tokformer.errors import ConfigError
 from tokformer.runtime.config import RunConfig, resolve_config
+from tokformer.runtime.distributed import local
+from tokformer.store import lock
 from tokformer.store import run_dir as runs
 from tokformer.store.steps import step_dir
 
@@ -41,7 +45,7 @@ def with_checkpoint(run: Path) -> None:
 
 def test_the_default_run_directory_is_made_empty_and_never_shared_by_two_runs_of_one_second(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(time, "strftime", lambda pattern: "20261205-120000")
+    monkeypatch.setattr(time, "strftime", lambda pattern: {"%Y%m%d-%H%M%S": "20261205-120000"}[pattern])
     made = [api._new_default_run_dir("sort") for _ in range(3)]
     assert made == [Path("runs/sort-20261205-120000"), Path("runs/sort-20261205-120000-2"),
                     Path("runs/sort-20261205-120000-3")]
@@ -82,7 +86,7 @@ def test_overwrite_refuses_a_folder_that_is_no_run_naming_what_it_holds(tmp_path
     assert sorted(p.name for p in run.iterdir()) == ["a.txt", "b.txt", "c.txt", "d.txt"]
 
 
-@pytest.mark.parametrize(("mine", "named"), [(["x.txt"], "x.txt"),
+@pytest.mark.parametrize(("mine", "named"), [(["x.txt"], "x.txt"), (["w.txt", "x.txt", "y/"], "w.txt, x.txt, y/"),
                                              (["w.txt", "x.txt", "y/", "z.txt"], "w.txt, x.txt, y/ ...")])
 def test_overwrite_refuses_a_run_holding_files_tokformer_did_not_write(tmp_path, mine, named):
     run = tmp_path / "run"
@@ -105,6 +109,17 @@ def test_overwrite_sets_the_old_run_aside_until_the_new_one_stands(tmp_path):
     assert not run.exists() and sorted(p.name for p in aside.iterdir()) == ["config.json", "metrics.jsonl"]
 
 
+def test_overwrite_judges_a_run_of_a_task_no_longer_known_by_the_new_tasks_files(tmp_path):
+    run = tmp_path / "run"
+    cfg = a_run(run)
+    saved = cfg.to_dict()
+    saved["task"]["name"] = "a-task-since-removed"
+    runs.save_config(run, saved)
+    (run / "tokenizer").mkdir()  # what the sort task writes: tokformer's
+    plan = api._plan(run, cfg, False, True)
+    assert plan.aside is not None and not plan.refusal
+
+
 def test_an_existing_run_without_overwrite_goes_to_the_requeue_rules(tmp_path):
     run = tmp_path / "run"
     a_run(run)
@@ -119,13 +134,15 @@ REFUSED = ("run directory {run} already exists; pass --resume to continue it, --
            "--run-dir")
 
 
-@pytest.mark.parametrize("config", [None, "not json {", "[1, 2]", '{"task": {}}', '{"train": {}}',
+@pytest.mark.parametrize("config", [None, "a folder", "not json {", "[1, 2]", '{"task": {}}', '{"train": {}}',
                                     '{"task": {"name": "nope"}, "train": {}}'])
 def test_a_folder_without_a_readable_run_config_is_refused(tmp_path, config):
     run = tmp_path / "run"
     run.mkdir()
     (run / "notes.txt").write_text("mine")
-    if config is not None:
+    if config == "a folder":
+        (run / runs.CONFIG_FILE).mkdir()
+    elif config is not None:
         (run / runs.CONFIG_FILE).write_text(config)
     assert api._requeue(run, sort_config(run)) == RunDirPlan(refusal=REFUSED.format(run=run))
     assert (run / "notes.txt").read_text() == "mine"
@@ -170,25 +187,29 @@ def test_a_fine_tuned_run_is_not_compared_on_the_shape_it_took_from_its_source(t
     assert "task.d_model=64 (the run has 32); task.n_heads=4 (the run has 2)" in plan.refusal
 
 
-def test_the_same_run_with_a_checkpoint_resumes(tmp_path):
+def test_the_same_run_with_a_checkpoint_resumes_and_says_so(tmp_path, caplog):
     run = tmp_path / "run"
     cfg = a_run(run)
     with_checkpoint(run)
-    assert api._requeue(run, cfg) == RunDirPlan(str(run), resume=True)
+    with caplog.at_level("INFO", logger=LOGGER):
+        assert api._requeue(run, cfg) == RunDirPlan(str(run), resume=True)
     assert (run / runs.CONFIG_FILE).is_file()
+    assert caplog.messages == [f"{run} holds this run (same config): resuming it from its latest checkpoint"]
 
 
-def test_the_same_run_without_a_checkpoint_starts_again_in_a_fresh_directory(tmp_path):
+def test_the_same_run_without_a_checkpoint_starts_again_in_a_fresh_directory_and_says_so(tmp_path, caplog):
     run = tmp_path / "run"
     cfg = a_run(run)
     (run / "metrics.jsonl").write_text("{}\n")
     (run / "tokenizer").mkdir()  # the sort task's tokenizer directory
     (run / "checkpoints").mkdir()  # no complete checkpoint in it
-    assert api._requeue(run, cfg) == RunDirPlan(str(run))
+    with caplog.at_level("INFO", logger=LOGGER):
+        assert api._requeue(run, cfg) == RunDirPlan(str(run))
     assert not run.exists(), "what the failed start wrote is gone; the plan makes the directory again"
+    assert caplog.messages == [f"{run} holds this run (same config) without a checkpoint: starting it again"]
 
 
-@pytest.mark.parametrize(("mine", "named"), [(["notes.txt"], "notes.txt"),
+@pytest.mark.parametrize(("mine", "named"), [(["notes.txt"], "notes.txt"), (["a", "b/", "c"], "a, b/, c"),
                                              (["a", "b/", "c", "d"], "a, b/, c ...")])
 def test_the_same_run_without_a_checkpoint_is_refused_if_it_holds_the_users_files(tmp_path, mine, named):
     run = tmp_path / "run"
@@ -216,38 +237,61 @@ def test_the_task_files_of_a_run_come_from_its_own_config(tmp_path):
     run = tmp_path / "run"
     a_run(run)
     assert api._task_files(run, resolve_config("lm", run_dir=str(run))) == {"tokenizer"}
+    two = resolve_config("translate", run_dir=str(run), shared_vocab=False, share_embeddings=False)  # two vocabularies
+    runs.save_config(run, two.to_dict())
+    assert api._task_files(run, sort_config(run)) == {"tokenizer_src", "tokenizer_tgt"}
+    saved = two.to_dict()
+    saved["task"]["name"] = "a-task-since-removed"
+    runs.save_config(run, saved)
+    assert api._task_files(run, two) == {"tokenizer_src", "tokenizer_tgt"}
 
 
 # -- _prepare_run_dir: lock, recover, plan, make --------------------------------------------------------
 
 
+def prepare(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> RunDirPlan:
+    with contextlib.ExitStack() as held:
+        return api._prepare_run_dir(cfg, local("cpu"), resume, overwrite, held)
+
+
 def test_the_planned_directory_is_made_under_its_lock_and_a_refusal_raised(tmp_path):
-    import contextlib
-
-    from tokformer.runtime.distributed import local
-
     run = tmp_path / "a" / "run"
     with contextlib.ExitStack() as held:
         plan = api._prepare_run_dir(sort_config(run), local("cpu"), False, False, held)
-        assert plan == RunDirPlan(str(run)) and run.is_dir() and (tmp_path / "a" / ".run.lock").is_file()
+        assert plan == RunDirPlan(str(run)) and run.is_dir()
+        assert json.loads((tmp_path / "a" / ".run.lock").read_text())["command"] == "tokformer train"
     assert not (tmp_path / "a" / ".run.lock").exists(), "released with the stack"
-    with contextlib.ExitStack() as held:
-        assert api._prepare_run_dir(sort_config(run), local("cpu"), False, False, held).existed
+    assert prepare(sort_config(run)).existed
     run.rmdir()
     run.write_text("x")
-    with contextlib.ExitStack() as held, pytest.raises(ConfigError, match=re.escape(f"--run-dir {run} is a file")):
-        api._prepare_run_dir(sort_config(run), local("cpu"), False, False, held)
+    with pytest.raises(ConfigError, match=re.escape(f"--run-dir {run} is a file")):
+        prepare(sort_config(run))
+
+
+def test_the_plan_is_made_of_the_config_and_the_flags_given(tmp_path):
+    run = tmp_path / "run"
+    a_run(run)
+    assert prepare(sort_config(run, steps=3), resume=True) == RunDirPlan(str(run), resume=True)
+    with pytest.raises(ConfigError, match="already exists with another config"):
+        prepare(sort_config(run, steps=3))
+    with_checkpoint(run)
+    assert prepare(sort_config(run)) == RunDirPlan(str(run), resume=True), "the same run, requeued"
+    plan = prepare(sort_config(run, steps=3), overwrite=True)
+    assert plan.aside is not None and Path(plan.aside).is_dir() and run.is_dir() and not any(run.iterdir())
+
+
+def test_a_directory_another_command_holds_is_refused_naming_it(tmp_path):
+    run = tmp_path / "run"
+    with lock.hold(run, "tokformer export"), pytest.raises(ConfigError, match=rf"^{re.escape(str(run))} is in use by "
+                                                                              r"tokformer export \(pid \d+"):
+        prepare(sort_config(run))
+    assert not run.exists()
 
 
 def test_the_default_directory_is_not_taken_for_the_users(tmp_path, monkeypatch):
-    import contextlib
-
-    from tokformer.runtime.distributed import local
-
     monkeypatch.chdir(tmp_path)
-    with contextlib.ExitStack() as held:
-        plan = api._prepare_run_dir(resolve_config("sort"), local("cpu"), False, False, held)
-    assert plan.path.startswith("runs/sort-") and Path(plan.path).is_dir() and not plan.existed
+    plan = prepare(resolve_config("sort"))
+    assert plan.path.startswith("runs/sort-") and Path(plan.path).is_dir() and plan.existed is False
 
 
 # -- run_dir.remove: after a failed start ---------------------------------------------------------------

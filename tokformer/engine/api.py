@@ -74,7 +74,7 @@ def _new_default_run_dir(task: str) -> Path:
     """``runs/TASK-YYYYmmdd-HHMMSS``, made empty and claimed (``-2``, ``-3``... when runs start in
     the same second: a sweep script's second run must not land in, and resume, the first)."""
     base = Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
-    base.parent.mkdir(parents=True, exist_ok=True)
+    base.parent.mkdir(exist_ok=True)  # runs/, in the working directory
     candidate, n = base, 1
     while True:
         try:
@@ -94,23 +94,27 @@ def _prepare_run_dir(cfg: RunConfig, d: Dist, resume: bool, overwrite: bool,
     (a cluster requeueing the same command, see :func:`_requeue`). ``overwrite`` replaces only a
     tokformer run, and only sets it aside until the new run has saved its first checkpoint.
     """
-    plan = RunDirPlan()
-    if d.is_main:
-        run_dir = Path(cfg.train.run_dir) if cfg.train.run_dir else _new_default_run_dir(cfg.task)
-        try:
-            held.enter_context(lock.hold(run_dir, "tokformer train"))
-            runs.recover(run_dir)
-            plan = _plan(run_dir, cfg, resume, overwrite)
-            if not cfg.train.run_dir:  # the default directory was made empty just now, by us
-                plan = dataclasses.replace(plan, existed=False)
-            if plan.refusal is None:
-                run_dir.mkdir(parents=True, exist_ok=True)
-        except ConfigError as e:
-            plan = RunDirPlan(refusal=str(e))
-    plan = broadcast(plan if d.is_main else None, d)
+    plan = broadcast(_main_plan(cfg, resume, overwrite, held) if d.is_main else None, d)
     if plan.refusal is not None:
         raise ConfigError(plan.refusal)
     return plan
+
+
+def _main_plan(cfg: RunConfig, resume: bool, overwrite: bool, held: contextlib.ExitStack) -> RunDirPlan:
+    """Rank 0's part of :func:`_prepare_run_dir`: a refusal is returned, not raised, so that every rank
+    learns it."""
+    run_dir = Path(cfg.train.run_dir) if cfg.train.run_dir else _new_default_run_dir(cfg.task)
+    try:
+        held.enter_context(lock.hold(run_dir, "tokformer train"))
+        runs.recover(run_dir)
+        plan = _plan(run_dir, cfg, resume, overwrite)
+        if not cfg.train.run_dir:  # the default directory was made empty just now, by us
+            plan = dataclasses.replace(plan, existed=False)
+        if plan.refusal is None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        return plan
+    except ConfigError as e:
+        return RunDirPlan(refusal=str(e))
 
 
 def _plan(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> RunDirPlan:
@@ -158,17 +162,16 @@ def _requeue(run_dir: Path, cfg: RunConfig) -> RunDirPlan:
     refuse = (f"run directory {run_dir} already exists; "
               "pass --resume to continue it, --overwrite to replace it, or another --run-dir")
     try:
-        saved = load_config_file(run_dir / runs.CONFIG_FILE) if (run_dir / runs.CONFIG_FILE).is_file() else None
-        if isinstance(saved, dict) and {"task", "train"} <= set(saved):
-            # resolved, so that options added to tokformer since the run was made count at their defaults
-            saved = json.loads(json.dumps(resolve_config(saved).to_dict()))
+        saved = load_config_file(run_dir / runs.CONFIG_FILE)  # none, or not a file: a ConfigError
+        if not isinstance(saved, dict) or not {"task", "train"} <= set(saved):
+            return RunDirPlan(refusal=refuse)
+        # resolved, so that options added to tokformer since the run was made count at their defaults
+        saved = json.loads(json.dumps(resolve_config(saved).to_dict()))
     except ConfigError:
-        saved = None
-    if not isinstance(saved, dict) or not {"task", "train"} <= set(saved):
         return RunDirPlan(refusal=refuse)
     wanted = json.loads(json.dumps(cfg.to_dict()))  # as config.json holds it (tuples as lists)
     for config in (saved, wanted):
-        config["train"]["run_dir"] = str(run_dir)
+        del config["train"]["run_dir"]  # where the run lies is no part of what it is: a moved run is the same
     adopted = set(architecture_fields(type(cfg.task_config))) if cfg.train.init_from else set()
     changed = [f"{section}.{key}={value!r} (the run has {saved[section].get(key)!r})"
                for section in ("task", "train") for key, value in wanted[section].items()
