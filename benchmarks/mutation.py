@@ -175,7 +175,7 @@ MODULES: dict[str, Module] = {
                   "tests/test_engine_sharded_checkpoint.py tests/test_checkpoint_faults.py "
                   "tests/test_hostile_inputs.py tests/test_engine_fsdp.py tests/test_mutation_sharded*.py"),
     "run_planning": _m("tokformer/engine/api.py", "tests/test_mutation_run_planning*.py",
-                       "x__new_default_run_dir x__prepare_run_dir x__plan x__task_files x__requeue",
+                       "x__new_default_run_dir x__prepare_run_dir x__main_plan x__plan x__task_files x__requeue",
                        why="where a new run goes: start, resume, set an old run aside, or refuse (what decides "
                            "what is deleted), not the training it then starts"),
 }
@@ -197,7 +197,9 @@ NOT_RUN = "It is in the module table but has no result yet."
 # module -> (mutants, survivors, wall seconds). Their result files were lost with the work folder (the counts are
 # from the runs' logs and, for store_paths, the committed summary of 4a3aa44), or replaced by a full rerun after a
 # change of source (store_paths: the matcher shared as atomic.hidden_siblings; lock: _holder lost its redundant
-# isinstance check; sharded: whole tensors saved as deduped; atomic: staged_folder's commit step simplified).
+# isinstance check; sharded: whole tensors saved as deduped; atomic: staged_folder's commit step simplified;
+# run_planning: its first run had tests/test_mutation_run_planning.py already, without the tests its survivors
+# asked for).
 # Every survivor was then killed by a new test or classified below.
 FIRST_RUNS: dict[str, tuple[int, int, int]] = {
     "masks": (89, 22, 52), "attention": (312, 32, 198), "rotary": (264, 16, 198), "kv_cache": (90, 17, 107),
@@ -208,6 +210,7 @@ FIRST_RUNS: dict[str, tuple[int, int, int]] = {
     "lock": (49, 11, 112),  # before _holder lost its isinstance check: 45 mutants now
     "atomic": (110, 7, 33),  # 2026-12-05 09:41 UTC, before staged_folder's commit step was simplified
     "sharded": (561, 1, 740),  # 2026-12-05 09:26 UTC, before whole tensors were saved as deduped: 564 mutants now
+    "run_planning": (248, 43, 66),  # 2026-12-05 12:09 UTC, before _main_plan was split out and _requeue simplified
 }
 # module -> survivors of its first run whose code was deleted since (dead code the run found)
 REMOVED_SINCE: dict[str, int] = {"kv_cache": 4}  # KVCache.static: two in __init__, two in make_caches

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -135,7 +136,7 @@ REFUSED = ("run directory {run} already exists; pass --resume to continue it, --
 
 
 @pytest.mark.parametrize("config", [None, "a folder", "not json {", "[1, 2]", '{"task": {}}', '{"train": {}}',
-                                    '{"task": {"name": "nope"}, "train": {}}'])
+                                    '{"task": {"name": "nope"}, "train": {}}', '{"task": {"name": "sort"}}'])
 def test_a_folder_without_a_readable_run_config_is_refused(tmp_path, config):
     run = tmp_path / "run"
     run.mkdir()
@@ -146,6 +147,16 @@ def test_a_folder_without_a_readable_run_config_is_refused(tmp_path, config):
         (run / runs.CONFIG_FILE).write_text(config)
     assert api._requeue(run, sort_config(run)) == RunDirPlan(refusal=REFUSED.format(run=run))
     assert (run / "notes.txt").read_text() == "mine"
+
+
+def test_a_config_file_of_the_users_in_the_folder_is_no_run_even_when_it_asks_for_the_same(tmp_path):
+    """A config.json without a train section is a config someone wrote, not a run's record: the same command
+    run there must not take it for its own run, start again and delete the folder."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / runs.CONFIG_FILE).write_text('{"task": {"name": "sort"}}')
+    assert api._requeue(run, resolve_config("sort", run_dir=str(run))) == RunDirPlan(refusal=REFUSED.format(run=run))
+    assert (run / runs.CONFIG_FILE).read_text() == '{"task": {"name": "sort"}}'
 
 
 def test_a_run_of_another_config_is_refused_naming_every_difference(tmp_path):
@@ -317,3 +328,19 @@ def test_a_failed_start_empties_the_users_folder_and_keeps_it(tmp_path):
     assert run.is_dir() and not any(run.iterdir())
     assert (outside / "keep.txt").read_text() == "mine", "a link is removed, never followed"
     runs.remove(tmp_path / "gone", keep_folder=True)  # a folder deleted meanwhile: nothing to do
+
+
+def test_cleaning_up_after_a_failed_start_never_raises_over_the_failure(tmp_path, monkeypatch):
+    """It runs while the run's own error propagates: an entry it cannot remove, or one gone meanwhile, must
+    not replace that error with its own."""
+    run = tmp_path / "run"
+    (run / "checkpoints" / "deep").mkdir(parents=True)
+    real_iterdir = Path.iterdir
+    monkeypatch.setattr(Path, "iterdir", lambda self: [*real_iterdir(self), self / "gone.txt"])  # removed meanwhile
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(os, "rmdir", refused)
+    runs.remove(run, keep_folder=True)
+    assert (run / "checkpoints").is_dir(), "what could not be removed stays; nothing was raised"

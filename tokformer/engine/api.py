@@ -162,8 +162,8 @@ def _requeue(run_dir: Path, cfg: RunConfig) -> RunDirPlan:
     refuse = (f"run directory {run_dir} already exists; "
               "pass --resume to continue it, --overwrite to replace it, or another --run-dir")
     try:
-        saved = load_config_file(run_dir / runs.CONFIG_FILE)  # none, or not a file: a ConfigError
-        if not isinstance(saved, dict) or not {"task", "train"} <= set(saved):
+        saved = load_config_file(run_dir / runs.CONFIG_FILE)  # a mapping; none, or no file: a ConfigError
+        if not {"task", "train"} <= set(saved):  # a config file of the user's, not a run's record
             return RunDirPlan(refusal=refuse)
         # resolved, so that options added to tokformer since the run was made count at their defaults
         saved = json.loads(json.dumps(resolve_config(saved).to_dict()))
