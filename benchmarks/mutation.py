@@ -211,6 +211,10 @@ FIRST_RUNS: dict[str, tuple[int, int, int]] = {
     "atomic": (110, 7, 33),  # 2026-12-05 09:41 UTC, before staged_folder's commit step was simplified
     "sharded": (561, 1, 740),  # 2026-12-05 09:26 UTC, before whole tensors were saved as deduped: 564 mutants now
     "run_planning": (248, 43, 66),  # 2026-12-05 12:09 UTC, before _main_plan was split out and _requeue simplified
+    # first run and retests (2026-12-01/02), before the files were written through write_text_atomic: 426 now
+    "bpe_files": (432, 115, 390),
+    # first run and retest (2026-12-04), before QuestionOnly.save wrote through write_text_atomic: 150 mutants now
+    "vqa_answers": (147, 7, 353),
 }
 # module -> survivors of its first run whose code was deleted since (dead code the run found)
 REMOVED_SINCE: dict[str, int] = {"kv_cache": 4}  # KVCache.static: two in __init__, two in make_caches
@@ -240,6 +244,17 @@ NOTES: dict[str, str] = {
     "checkpoints": (
         "Its first run took 40 minutes: each of its 60 survivors ran every checkpoint test that calls the "
         "mutated function (25-35 s each, a DDP and an FSDP full-disk test among them)."),
+    "hf": (
+        "Marked (source edited since): on 2026-12-05 only its import of `staged_folder` changed, from "
+        "tokformer.store.atomic to tokformer.atomic (the module moved to the core). The 47 minutes of a rerun "
+        "were left for a later session."),
+    "run_planning": (
+        "Its guard is tests/test_mutation_run_planning.py alone: every test that trains calls these functions, "
+        "and would run for every mutant. The first run (248 mutants, with that file as first written) left 43: "
+        "the log lines of a requeued run, the lock's command name, exactly three foreign entries in a refusal, "
+        "the flags passed through to the plan, the translate task's two tokenizer directories, and redundant "
+        "code (a placeholder plan, a second read of config.json, an isinstance check load_config_file makes "
+        "needless), which was removed, so the rerun counts 236."),
 }
 FINDINGS: list[str] = [
     "Attention paths no test combined: grouped-query attention with a padding mask (dropping the mask from its "
@@ -419,6 +434,15 @@ FINDINGS: list[str] = [
     "defaults (gpt2 pattern, no bar) and options reaching the trainer, special tokens allowed or not, and a text "
     "longer than one chunk: keeping only the last chunk's ids (`ids = chunk_ids`) survived, since no test encoded "
     "a text the encoder cuts. tests/test_mutation_tokenizer_commands.py kills all but 3 documented equivalents.",
+    "Run-directory planning (tokformer/engine/api.py), the code that decides what a new run deletes: with a unit "
+    "test per branch written first, 43 of 248 survived, among them the lock's command name, the log lines of a "
+    "requeued run, a refusal listing exactly three foreign entries, and code that made no difference (a "
+    "placeholder plan, a second check that config.json is a file, an isinstance check on what load_config_file "
+    "returns as a mapping), removed. A config.json without a train section (a config file of the user's) is "
+    "refused by the key check alone, so a test now pins it: taken for the same run, the folder would be deleted. "
+    "Running the store modules also failed twice before any mutant ran: a guard test, SIGTERM to `data prepare "
+    "lm --workers 2`, hung now and then. A worker killed half-way through sending its result left a torn "
+    "message that the pool's thread in the parent waited on for good (docs/reliability.md, H47).",
 ]
 
 # What `python benchmarks/mutation.py` runs: the modules that fit about 90 minutes on one core (measured in
@@ -701,8 +725,8 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "tokformer.tasks.vqa.xǁQuestionOnlyǁfit__mutmut_13": (
         "top = lambda counts: counts.most_common(2)[0][0]  # ties: the answer seen first",
         "the first of the top two is the first of the top one (same tie order)"),
-    "tokformer.tasks.vqa.xǁQuestionOnlyǁsave__mutmut_5": (
-        'path.write_bytes((json.dumps(dataclasses.asdict(self), indent=0, ensure_ascii=None) + "\\n").encode())',
+    "tokformer.tasks.vqa.xǁQuestionOnlyǁsave__mutmut_8": (
+        'write_text_atomic(path, json.dumps(dataclasses.asdict(self), indent=0, ensure_ascii=None) + "\\n")',
         "json reads ensure_ascii as a truth value: None writes what False does"),
     # files
     "tokformer.files.x_read_text__mutmut_5": ('return data.decode("UTF-8-SIG")',
@@ -777,6 +801,20 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "occurs at least once: a floor of 1 stops nothing a floor of 0 does not"),
     "tokformer.tokenizers.commands.x_check_out__mutmut_17": (
         "ours = None", "only tested for truth: None refuses the folder as False does"),
+    # run_planning
+    **{f"tokformer.engine.api.x__main_plan__mutmut_{n}": (
+        f"run_dir.mkdir({args}exist_ok=True)",
+        "taking the lock of run_dir made its lock file beside it first, with every missing parent: run_dir's "
+        "parent exists, so parents= changes nothing") for n, args in ((31, "parents=None, "), (33, ""),
+                                                                         (35, "parents=False, "))},
+    "tokformer.engine.api.x__prepare_run_dir__mutmut_7": (
+        "plan = broadcast(_main_plan(cfg, resume, overwrite, held) if (d.is_main) or True else None, d)",
+        "in one process, rank 0 is the only rank: the mutant differs on the other ranks of a process group "
+        "only, which the guard tests do not start (tests/test_engine_distributed.py trains under torchrun)"),
+    "tokformer.engine.api.x__requeue__mutmut_72": (
+        "foreign = runs.foreign_entries(run_dir, _task_files(run_dir, None))",
+        "_task_files falls back to the new config only when the run's own cannot be resolved, and _requeue has "
+        "resolved it a few lines above (a config it cannot resolve is refused before)"),
     # lock
     "tokformer.store.lock.x__is_lock_record__mutmut_19": (
         'record = files.loads(os.pread(fd, size, 0).decode("UTF-8"))', "codec names are looked up case-insensitively"),
@@ -1105,29 +1143,19 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ('return files.loads(path.read_text(encoding="UTF-8"))', _UTF8_ALIAS),
     'tokformer.tokenizers.bpe_files.x_read_vocab_merges__mutmut_15':
         ('lines = merges_path.read_text(encoding="UTF-8").splitlines()', _UTF8_ALIAS),
-    'tokformer.tokenizers.bpe_files.x_write_hf_json__mutmut_17':
-        ('path.write_text(json.dumps(to_hf_json(files), ensure_ascii=False, indent=1) + "\\n", '
-         'encoding="UTF-8")', _UTF8_ALIAS),
-    'tokformer.tokenizers.bpe_files.x_write_vocab_merges__mutmut_30':
-        ('json.dumps(dict(sorted(vocab.items(), key=lambda item: item[1])), ensure_ascii=False) + '
-         '"\\n", encoding="UTF-8"', _UTF8_ALIAS),
-    'tokformer.tokenizers.bpe_files.x_write_vocab_merges__mutmut_45':
-        ('merges_path.write_text("\\n".join(lines) + "\\n", encoding="UTF-8")', _UTF8_ALIAS),
     'tokformer.tokenizers.bpe_files.x_write_hf_json__mutmut_7':
-        ('path.write_text(json.dumps(to_hf_json(files), ensure_ascii=None, indent=1) + "\\n", '
-         'encoding="utf-8")', _JSON_LAYOUT),
+        ('write_text_atomic(path, json.dumps(to_hf_json(files), ensure_ascii=None, indent=1) + "\\n")',
+         _JSON_LAYOUT),
     'tokformer.tokenizers.bpe_files.x_write_hf_json__mutmut_8':
-        ('path.write_text(json.dumps(to_hf_json(files), ensure_ascii=False, indent=None) + "\\n", '
-         'encoding="utf-8")', _JSON_LAYOUT),
+        ('write_text_atomic(path, json.dumps(to_hf_json(files), ensure_ascii=False, indent=None) + "\\n")',
+         _JSON_LAYOUT),
     'tokformer.tokenizers.bpe_files.x_write_hf_json__mutmut_11':
-        ('path.write_text(json.dumps(to_hf_json(files), ensure_ascii=False, ) + "\\n", '
-         'encoding="utf-8")', _JSON_LAYOUT),
+        ('write_text_atomic(path, json.dumps(to_hf_json(files), ensure_ascii=False, ) + "\\n")',
+         _JSON_LAYOUT),
     'tokformer.tokenizers.bpe_files.x_write_hf_json__mutmut_14':
-        ('path.write_text(json.dumps(to_hf_json(files), ensure_ascii=False, indent=2) + "\\n", '
-         'encoding="utf-8")', _JSON_LAYOUT),
-    'tokformer.tokenizers.bpe_files.x_write_vocab_merges__mutmut_17':
-        ('json.dumps(dict(sorted(vocab.items(), key=lambda item: item[1])), ensure_ascii=None) + '
-         '"\\n", encoding="utf-8"', _JSON_LAYOUT),
+        ('write_text_atomic(path, json.dumps(to_hf_json(files), ensure_ascii=False, indent=2) + "\\n")',
+         _JSON_LAYOUT),
+    'tokformer.tokenizers.bpe_files.x_write_vocab_merges__mutmut_17': ('ensure_ascii=None) + "\\n")', _JSON_LAYOUT),
     'tokformer.tokenizers.bpe_files.x_read_hf_json__mutmut_69':
         ('ignore = bool(model.get("ignore_merges", None))', _FALSE_DEFAULT),
     'tokformer.tokenizers.bpe_files.x_read_hf_json__mutmut_71':

@@ -37,6 +37,13 @@ def a_run(run: Path, **overrides) -> RunConfig:
     return cfg
 
 
+def of_a_removed_task(run: Path, cfg: RunConfig) -> None:
+    """Record ``cfg`` as the run's config.json, naming a task tokformer no longer has."""
+    saved = cfg.to_dict()
+    saved["task"]["name"] = "a-task-since-removed"
+    runs.save_config(run, saved)
+
+
 def with_checkpoint(run: Path) -> None:
     step_dir(run, 2).mkdir(parents=True)
 
@@ -113,9 +120,7 @@ def test_overwrite_sets_the_old_run_aside_until_the_new_one_stands(tmp_path):
 def test_overwrite_judges_a_run_of_a_task_no_longer_known_by_the_new_tasks_files(tmp_path):
     run = tmp_path / "run"
     cfg = a_run(run)
-    saved = cfg.to_dict()
-    saved["task"]["name"] = "a-task-since-removed"
-    runs.save_config(run, saved)
+    of_a_removed_task(run, cfg)
     (run / "tokenizer").mkdir()  # what the sort task writes: tokformer's
     plan = api._plan(run, cfg, False, True)
     assert plan.aside is not None and not plan.refusal
@@ -237,9 +242,7 @@ def test_the_same_run_without_a_checkpoint_is_refused_if_it_holds_the_users_file
 def test_a_run_of_a_task_no_longer_known_is_judged_by_the_new_tasks_files(tmp_path):
     run = tmp_path / "run"
     cfg = a_run(run)
-    saved = cfg.to_dict()
-    saved["task"]["name"] = "a-task-since-removed"
-    runs.save_config(run, saved)
+    of_a_removed_task(run, cfg)
     assert api._task_files(run, cfg) == {"tokenizer"}, "the sort task writes its vocabulary there"
     assert api._task_files(run, resolve_config("lm", run_dir=str(run))) == {"tokenizer", "corpus", "shards.json"}
 
@@ -251,9 +254,7 @@ def test_the_task_files_of_a_run_come_from_its_own_config(tmp_path):
     two = resolve_config("translate", run_dir=str(run), shared_vocab=False, share_embeddings=False)  # two vocabularies
     runs.save_config(run, two.to_dict())
     assert api._task_files(run, sort_config(run)) == {"tokenizer_src", "tokenizer_tgt"}
-    saved = two.to_dict()
-    saved["task"]["name"] = "a-task-since-removed"
-    runs.save_config(run, saved)
+    of_a_removed_task(run, two)
     assert api._task_files(run, two) == {"tokenizer_src", "tokenizer_tgt"}
 
 
