@@ -27,7 +27,16 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from tokformer.engine import LOGGER, hold_lock, load_run, progress, read_metrics, train, write_atomic
+from tokformer.engine import (
+    LOGGER,
+    hold_lock,
+    load_run,
+    progress,
+    read_metrics,
+    train,
+    write_atomic,
+    write_text_atomic,
+)
 from tokformer.errors import UsageError
 from tokformer.machine import snapshot
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
@@ -333,7 +342,7 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
     done = {(r.model, r.task, r.seed): r for r in finished_runs(out, cfg)} if out is not None else {}
     if out is not None:
         (out / MODELS_DIR).mkdir(parents=True, exist_ok=True)
-        write_atomic(out / SWEEP_FILE, lambda tmp: tmp.write_text(json.dumps(_config_record(cfg), indent=2) + "\n"))
+        write_text_atomic(out / SWEEP_FILE, json.dumps(_config_record(cfg), indent=2) + "\n")
         if done:
             log.info("resuming the sweep in %s: %d of %d runs already done", out, len(done),
                      len(cfg.seeds) * len(cfg.tasks) * len(cfg.models))

@@ -56,9 +56,10 @@ def hold(directory: str | os.PathLike, command: str) -> Iterator[None]:
         os.close(fd)
         raise ConfigError(f"{path} is not a tokformer lock file, but tokformer guards {directory} with that "
                           "name: move it away, or choose another directory")
-    for stale in staging_folders(Path(directory).absolute()):  # a killed holder's; only a holder knows
+    guarded = Path(directory).absolute()
+    for stale in staging_folders(guarded):  # a killed holder's; only a holder knows
         shutil.rmtree(stale, ignore_errors=True)  # that they are no running build's
-    recover_replaced(Path(directory).absolute())
+    recover_replaced(guarded)
     try:
         record = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
                   "since": time.strftime("%Y-%m-%d %H:%M:%S")}  # the keys of RECORD
