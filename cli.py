@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import types
 import typing
 from pathlib import Path
@@ -104,6 +105,10 @@ class TokformerGroup(click.Group):
             raise _one_line(e) from None
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except KeyboardInterrupt as e:  # Ctrl-C, or a SIGTERM a command turned into a clean stop (Interrupted)
+            signum = getattr(e, "signum", signal.SIGINT)
+            click.echo(f"stopped by {signal.Signals(signum).name}", err=True)
+            ctx.exit(128 + signum)  # what shells and schedulers expect of a process a signal stopped
         except Exception as e:
             if ctx.meta.get("tokformer.debug") or os.environ.get("TOKFORMER_DEBUG"):
                 raise

@@ -52,7 +52,7 @@ from tokformer.engine import (
     tokenizer_fingerprint,
     write_json_atomic,
 )
-from tokformer.errors import ConfigError, DataError
+from tokformer.errors import ConfigError, DataError, Interrupted
 from tokformer.files import inside, read_json
 from tokformer.tasks import lm_data
 from tokformer.tokenizers.bpe import BPETokenizer
@@ -280,7 +280,8 @@ def _stop_requests() -> Iterator[Callable[[], bool]]:
 
     The handler only records the request; the encoding loop acts on it between documents, as if
     Ctrl-C had been pressed, so the staging directory is removed and the command ends with one
-    line. (Raising from the handler itself could land inside the pool's or logging's internals.)
+    line and the status of a process SIGTERM stopped, 143. (Raising from the handler itself could
+    land inside the pool's or logging's internals.)
     """
     requested = threading.Event()
     if threading.current_thread() is not threading.main_thread():  # handlers live on the main thread only
@@ -297,12 +298,12 @@ def _encoded(paths: list[Path], tokenizer: BPETokenizer, workers: int,
              stopped: Callable[[], bool]) -> Iterator[np.ndarray | None]:
     """Each file's ids (None: skipped) in ``paths`` order, whatever the number of ``workers``:
     the output depends on the files, never on which process encoded which. Raises
-    KeyboardInterrupt once ``stopped()`` says a stop was requested."""
+    Interrupted (a KeyboardInterrupt) once ``stopped()`` says a stop was requested."""
     if workers == 1:
         _use_tokenizer(tokenizer)
         for path in paths:
             if stopped():
-                raise KeyboardInterrupt
+                raise Interrupted(signal.SIGTERM)
             yield _encode_file(path)
         return
     # fork shares the trained tokenizer without pickling it; elsewhere it is pickled to each worker once.
@@ -311,11 +312,11 @@ def _encoded(paths: list[Path], tokenizer: BPETokenizer, workers: int,
     try:
         for ids in pool.map(_encode_file, paths):
             if stopped():
-                raise KeyboardInterrupt
+                raise Interrupted(signal.SIGTERM)
             yield ids
     except BrokenProcessPool:  # the workers were stopped (the process group got the signal) or died
         if stopped():
-            raise KeyboardInterrupt from None
+            raise Interrupted(signal.SIGTERM) from None
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)  # a worker finishes its document, then exits

@@ -519,7 +519,18 @@ def test_stopping_data_prepare_with_workers_leaves_nothing_and_prints_no_traceba
     os.killpg(process.pid, signal.SIGTERM)  # as a scheduler or `timeout` stops a job: the whole group
     _, stderr = process.communicate(timeout=60)
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+    assert process.returncode == 128 + signal.SIGTERM and stderr.strip().splitlines()[-1] == "stopped by SIGTERM"
     assert not out.exists() and not list(tmp_path.glob(".shards*")), list(tmp_path.iterdir())
+
+
+def test_ctrl_c_ends_any_command_with_one_line_and_the_status_of_sigint(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    def pressed_ctrl_c(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("tokformer.tasks.lm_shards.prepare_lm", pressed_ctrl_c)
+    result = CliRunner().invoke(main, ["data", "prepare", "lm", "--data", "stdlib", "--out", str(tmp_path / "s")])
+    assert result.exit_code == 128 + signal.SIGINT and result.output.strip() == "stopped by SIGINT", result.output
 
 
 def test_a_config_asking_for_100000_layers_is_refused_before_anything_is_built(sort_run: Path, tmp_path: Path) -> None:

@@ -218,6 +218,25 @@ def test_write_atomic_fills_a_fresh_temporary_beside_the_target_with_its_suffix(
     assert (tmp_path / ".fig.png.partial.png").read_text() == "a user's"
 
 
+@pytest.mark.parametrize("where", ["rename", "write"])
+def test_an_os_error_on_the_temporary_names_the_target(tmp_path, where: str) -> None:
+    """The user named the target; a message naming ``.out.txt.k2j4.txt`` points at a file that is gone."""
+    target = tmp_path / "out.txt"
+    if where == "rename":  # a folder stands where the file goes
+        target.mkdir()
+
+    def write(tmp: Path) -> None:
+        if where == "write":
+            raise OSError(28, "No space left on device", str(tmp))
+        tmp.write_text("x")
+
+    with pytest.raises(OSError) as raised:
+        atomic.write_atomic(target, write)
+    assert raised.value.filename == str(target) and raised.value.errno == (21 if where == "rename" else 28)
+    assert type(raised.value) is (IsADirectoryError if where == "rename" else OSError)
+    assert [p.name for p in tmp_path.iterdir()] == (["out.txt"] if where == "rename" else [])
+
+
 def test_write_atomic_leaves_the_old_file_when_the_writer_fails(tmp_path) -> None:
     (tmp_path / "out.bin").write_bytes(b"old")
 

@@ -80,6 +80,30 @@ def test_decorator_registers_and_save_load_dispatches(tmp_path):
     assert loaded.batch(["AB"]).ids.tolist() == [[97, 98]]
 
 
+class HalfSaved(Chars):
+    """Its second file cannot be written: a full disk, a kill, after the config is already out."""
+
+    def save_files(self, directory) -> None:
+        (directory / "vocab.txt").write_text("abc")
+        raise OSError(28, "No space left on device")
+
+
+def test_a_save_into_a_new_folder_that_fails_half_way_leaves_no_folder(tmp_path):
+    register_tokenizer("half")(HalfSaved)
+    with pytest.raises(OSError, match="No space left"):
+        HalfSaved().save(tmp_path / "tok" / "nested")
+    assert [p.name for p in tmp_path.rglob("*")] == ["tok"]  # the missing parent, and nothing in it
+
+
+def test_a_save_into_a_folder_holding_files_writes_beside_them(tmp_path):
+    register_tokenizer("chars")(Chars)
+    (tmp_path / "weights.bin").write_bytes(b"a model folder's")
+    assert Chars(lowercase=True).save(tmp_path) == tmp_path
+    assert (tmp_path / "weights.bin").read_bytes() == b"a model folder's"
+    assert load_tokenizer(tmp_path).lowercase and sorted(p.name for p in tmp_path.iterdir()) == [
+        "tokenizer_config.json", "weights.bin"]
+
+
 def test_name_clash_and_non_tokenizer_are_rejected():
     register_tokenizer("chars")(Chars)
     with pytest.raises(ValueError, match="already taken"):

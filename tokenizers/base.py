@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from tokformer import files
-from tokformer.atomic import write_text_atomic
+from tokformer.atomic import staged_folder, write_text_atomic
 from tokformer.batch import TokenBatch
 from tokformer.errors import UsageError
 
@@ -79,18 +79,30 @@ class Tokenizer(ABC):
             raise TokenizerError(f"bad {cls.type_name or cls.__name__} tokenizer config: {err}") from None
 
     def save(self, directory: str | Path) -> Path:
-        """Write ``tokenizer_config.json`` (type name + config) and the tokenizer's files."""
+        """Write ``tokenizer_config.json`` (type name + config) and the tokenizer's files.
+
+        A new (or empty) ``directory`` appears whole or not at all: a crash half-way leaves no
+        folder that loads as a tokenizer missing its merges. Into a folder that already holds
+        files (a model folder, a run's tokenizer saved again) each file is written whole, one
+        after another, as Hugging Face's ``save_pretrained`` does: the folder is the user's.
+        """
         # Look in the class's own namespace: a subclass of a registered tokenizer must not
         # silently save itself under its parent's name and load back as the parent.
         if not type(self).__dict__.get("type_name"):
             raise TokenizerError(f"{type(self).__name__} is not registered: decorate it with @register_tokenizer")
         path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
+        if path.is_dir() and any(path.iterdir()):
+            self._write(path)
+        else:
+            with staged_folder(path) as staging:
+                self._write(staging)
+        return path
+
+    def _write(self, path: Path) -> None:
         document = {"type": self.type_name, "config": self.get_config()}
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
         write_text_atomic(path / TOKENIZER_CONFIG_FILE, text)  # each file whole or not at all
         self.save_files(path)
-        return path
 
     @classmethod
     def load(cls: type[T], directory: str | Path) -> T:

@@ -55,8 +55,11 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         usual_permissions(tmp)
         fsync_file(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename is not None and os.fspath(e.filename) == name:
+            # a full disk, a folder at ``path``: name the user's file, not the temporary one just deleted
+            raise type(e)(e.errno, e.strerror, str(path)) from e
         raise
     fsync_dir(path.parent)
 

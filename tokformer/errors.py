@@ -35,3 +35,14 @@ class TrainingError(TokformerError):
 
 class CheckpointError(TokformerError):
     """A checkpoint cannot be read (truncated, corrupt), does not fit the model, or cannot be written."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop a signal asked for, raised where the work can stop cleanly (between documents, not
+    inside a library's internals). A ``KeyboardInterrupt``, so every cleanup that handles Ctrl-C
+    handles it too; ``signum`` is the signal, so the CLI exits as a process that signal stopped does
+    (128 + it: 143 for SIGTERM)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
