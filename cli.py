@@ -117,6 +117,8 @@ class TokformerGroup(click.Group):
             elif isinstance(e, OSError):  # a path the user named is wrong (2), or the system failed (1)
                 message = f"{e.strerror or e}: {e.filename}" if e.filename else str(e)
                 code = 2 if isinstance(e, USER_PATH_ERRORS) else 1
+            elif isinstance(e, MemoryError):  # the sizes asked for passed every estimate, and still do not fit
+                message, code = f"out of memory{f': {e}' if str(e) else ''}; ask for less (data, batch, model)", 1
             else:
                 message, code = f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)", 1
             click.echo(f"Error: {' '.join(message.split())}", err=True)

@@ -174,8 +174,11 @@ MODULES: dict[str, Module] = {
     "sharded": _m("tokformer/store/sharded.py",
                   "tests/test_engine_sharded_checkpoint.py tests/test_checkpoint_faults.py "
                   "tests/test_hostile_inputs.py tests/test_engine_fsdp.py tests/test_mutation_sharded*.py"),
+    "loader": _m("tokformer/store/loader.py",
+                 "tests/test_pretrained.py tests/test_task_protocol.py tests/test_export_cli.py "
+                 "tests/test_mutation_store*.py tests/test_mutation_loader*.py"),
     "run_planning": _m("tokformer/engine/api.py", "tests/test_mutation_run_planning*.py",
-                       "x__new_default_run_dir x__prepare_run_dir x__main_plan x__plan x__task_files x__requeue",
+                       "x__new_default_run_dir x__prepare_run_dir x__main_plan x__plan x__owned x__requeue",
                        why="where a new run goes: start, resume, set an old run aside, or refuse (what decides "
                            "what is deleted), not the training it then starts"),
 }
@@ -812,8 +815,8 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "in one process, rank 0 is the only rank: the mutant differs on the other ranks of a process group "
         "only, which the guard tests do not start (tests/test_engine_distributed.py trains under torchrun)"),
     "tokformer.engine.api.x__requeue__mutmut_72": (
-        "foreign = runs.foreign_entries(run_dir, _task_files(run_dir, None))",
-        "_task_files falls back to the new config only when the run's own cannot be resolved, and _requeue has "
+        "foreign = runs.foreign_entries(run_dir, _owned(run_dir, None))",
+        "_owned falls back to the new config only when the run's own cannot be resolved, and _requeue has "
         "resolved it a few lines above (a config it cannot resolve is refused before)"),
     # lock
     "tokformer.store.lock.x__is_lock_record__mutmut_19": (

@@ -38,7 +38,16 @@ from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
 from tokformer.config import BlockOptions, TransformerConfig
-from tokformer.engine import TOKENIZER_DIR, Dist, StepOutput, Task, help_text, register_task, write_text_atomic
+from tokformer.engine import (
+    TOKENIZER_DIR,
+    Dist,
+    StepOutput,
+    Task,
+    check_data_fits,
+    help_text,
+    register_task,
+    write_text_atomic,
+)
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead
 from tokformer.masks import padding_or_none
@@ -116,6 +125,7 @@ class GraphConfig(BlockOptions):
         if not 0 <= self.fold < self.folds:
             raise ValueError(f"fold must be in 0..{self.folds - 1}, got {self.fold}")
         self.transformer()  # validate the model shape now, not halfway into a run
+        self.tokenizer()  # and the tokenizer's options (k at most MAX_WIDTH...)
 
     def transformer(self) -> TransformerConfig:
         return TransformerConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
@@ -179,6 +189,8 @@ class GraphTask(Task):
     @cached_property
     def data(self) -> LabeledGraphs:
         c = self.config
+        if c.data in BUILTIN and c.data not in _REGISTERED:  # at most 10 classes of graphs of ~20 kB (x3 tokenized)
+            check_data_fits(10 * c.per_class * 65536, f"per_class = {c.per_class:,} built-in graphs of each class")
         data = _REGISTERED.get(c.data) or load_graphs(c.data, classes=c.classes, per_class=c.per_class,
                                                        seed=c.data_seed)
         if len(data.graphs) < c.folds:

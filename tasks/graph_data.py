@@ -16,7 +16,7 @@ User data, either of:
 * a directory with one sub-directory per class, holding graph files
   (``DIR/<class>/*.graphml|*.gml|*.edgelist|*.edges``); classes are the sorted names;
 * a manifest CSV file with a header ``path,label`` and one graph per row; paths are
-  relative to the manifest's directory.
+  relative to the manifest's directory and may not leave it.
 
 A sample is a :class:`LabeledGraphs` (graphs, integer labels, class names).
 """
@@ -24,6 +24,7 @@ A sample is a :class:`LabeledGraphs` (graphs, integer labels, class names).
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,9 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
+from tokformer import files
 from tokformer.errors import DataError
-from tokformer.files import reading, where
+from tokformer.files import where
 
 CSL_NODES = 41
 CSL_SKIPS = (2, 3, 4, 5, 6, 9, 11, 12, 13, 16)
@@ -108,14 +110,17 @@ def read_graph(path: Path) -> nx.Graph:
     suffix = path.suffix.lower()
     if suffix not in GRAPH_SUFFIXES:
         raise DataError(f"{path}: unknown graph file type {suffix!r}; use one of {', '.join(GRAPH_SUFFIXES)}")
+    # read here, not by networkx: files.read_bytes refuses a pipe (which would block) or a device such as
+    # /dev/zero (which never ends), and names the file for any other read error
+    data = io.BytesIO(files.read_bytes(path))
     try:
-        with reading(path):
+        with files.reading(path):  # text that is not UTF-8 is named as in any other file
             if suffix == ".graphml":
-                graph = nx.read_graphml(path)
+                graph = nx.read_graphml(data)
             elif suffix == ".gml":
-                graph = nx.read_gml(path)
+                graph = nx.read_gml(data)
             else:
-                graph = nx.read_edgelist(path, comments="#")
+                graph = nx.read_edgelist(data, comments="#")
     except DataError:
         raise
     except Exception as err:  # each networkx reader raises its own parse errors
@@ -149,8 +154,7 @@ def load_graph_directory(root: Path, classes: Sequence[str] | None = None) -> La
 def load_manifest(manifest: Path, classes: Sequence[str] | None = None) -> LabeledGraphs:
     """Graphs listed in a CSV with columns ``path,label``; labels are class names."""
     try:
-        with reading(manifest), manifest.open(newline="", encoding="utf-8") as handle:
-            rows = list(csv.DictReader(handle))
+        rows = list(csv.DictReader(io.StringIO(files.read_text(manifest), newline="")))
     except csv.Error as err:
         raise DataError(f"{manifest}: cannot read the manifest: {err}") from None
     if not rows or not {"path", "label"} <= set(rows[0]):
@@ -167,7 +171,9 @@ def load_manifest(manifest: Path, classes: Sequence[str] | None = None) -> Label
         label = row["label"].strip()
         if label not in index:
             raise DataError(f"{manifest}:{line}: label {label!r} is not in the class set {names}")
-        graphs.append(read_graph(manifest.parent / row["path"].strip()))
+        # a path from the file may not lead out of its folder: /etc/passwd is no graph, and its parse error
+        # would print a line of it
+        graphs.append(read_graph(files.inside(manifest.parent, row["path"].strip(), f"{manifest}:{line}: path")))
         labels.append(index[label])
     return LabeledGraphs(graphs, labels, names)
 

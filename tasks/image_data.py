@@ -6,8 +6,8 @@ uint8 tensor: whatever the image tokenizer accepts. Augmentation wraps a dataset
 (:class:`Augmented`) so the eval set stays untouched.
 
 Bad data policy (docs/vision.md): files PIL cannot identify are skipped with a warning
-naming them when a folder is scanned; a file that breaks later, while being decoded,
-raises :class:`~tokformer.errors.DataError` naming it. An empty folder, a class folder
+naming them when a folder is scanned; a file that breaks later, while being decoded, is
+skipped then, with a warning naming it (:class:`ImageFiles`). An empty folder, a class folder
 without images, or a missing torchvision dataset without ``download`` is a DataError.
 """
 
@@ -24,6 +24,7 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from tokformer.engine import check_data_fits
 from tokformer.errors import DataError
 from tokformer.tokenizers.image import checked_image, open_image
 
@@ -117,7 +118,11 @@ class TensorImages(Dataset):
 
 
 def shapes_datasets(train_size: int, eval_size: int, size: int, seed: int) -> tuple[TensorImages, TensorImages]:
-    """Train and eval sets of the built-in shapes, from disjoint seeds."""
+    """Train and eval sets of the built-in shapes, from disjoint seeds. Refused in one line when they
+    cannot fit in memory: each image is ``3 * size**2`` bytes, and one image being drawn takes about
+    200 bytes a pixel of float temporaries (its grids, colours, mask and noise)."""
+    check_data_fits((train_size + eval_size) * 3 * size**2 + 200 * size**2,
+                    f"train_size + eval_size = {train_size + eval_size:,} built-in {size} x {size} images")
     classes = list(SHAPE_CLASSES)
     return (
         TensorImages(*make_shapes(train_size, size, seed), classes),
@@ -128,8 +133,19 @@ def shapes_datasets(train_size: int, eval_size: int, size: int, seed: int) -> tu
 # -- folders --------------------------------------------------------------------------------
 
 
+#: Files in a row that fail to decode which :class:`ImageFiles` steps over before it gives up (timm's
+#: ImageDataset allows as many): beyond that the folder, not a file, is broken.
+MAX_SKIPPED_IN_A_ROW = 20
+
+
 class ImageFiles(Dataset):
-    """``(path, label)`` pairs, opened lazily; a file that fails to decode is a DataError naming it."""
+    """``(path, label)`` pairs, opened lazily.
+
+    A file that fails to decode (a valid header over broken pixel data passes the scan's cheap check)
+    is skipped with a warning naming it, for the next file, as timm's ImageDataset does: one broken
+    file in a large folder must not stop a run at the same step again on every resume. More than
+    :data:`MAX_SKIPPED_IN_A_ROW` in a row is a DataError.
+    """
 
     def __init__(self, samples: list[tuple[Path, int]], classes: list[str]) -> None:
         self.samples, self.classes = samples, classes
@@ -138,8 +154,14 @@ class ImageFiles(Dataset):
         return len(self.samples)
 
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
-        path, label = self.samples[i]
-        return open_image(path), label
+        for offset in range(min(MAX_SKIPPED_IN_A_ROW + 1, len(self.samples))):
+            path, label = self.samples[(i + offset) % len(self.samples)]
+            try:
+                return open_image(path), label
+            except DataError as err:
+                log.warning("skipping an image that cannot be decoded, for the next one: %s", err)
+        raise DataError(f"{min(MAX_SKIPPED_IN_A_ROW + 1, len(self.samples))} image files in a row, from "
+                        f"{self.samples[i][0]} on, cannot be decoded")
 
 
 def readable_image(path: Path, decode: bool = False) -> bool:

@@ -147,7 +147,7 @@ class LMTask(Task):
     """Language modeling: BPE + decoder-only Transformer; eval loss = held-out token NLL."""
 
     Config = LMConfig
-    run_files = (CORPUS_DIR, SHARDS_RECORD)
+    run_files = (f"{CORPUS_DIR}/{lm_data.CORPUS_FILE}", f"{CORPUS_DIR}/{lm_data.META_FILE}", SHARDS_RECORD)
 
     def __init__(self, config: LMConfig) -> None:
         super().__init__(config)

@@ -30,7 +30,6 @@ import logging
 import multiprocessing
 import os
 import random
-import re
 import signal
 import threading
 from collections import OrderedDict
@@ -53,11 +52,15 @@ from tokformer.engine import (
     write_json_atomic,
 )
 from tokformer.errors import ConfigError, DataError, Interrupted
-from tokformer.files import inside, read_json
+from tokformer.files import foreign_entries, inside, read_json
 from tokformer.tasks import lm_data
-from tokformer.tokenizers.bpe import BPETokenizer
+from tokformer.tokenizers.base import TOKENIZER_CONFIG_FILE
+from tokformer.tokenizers.bpe import HF_FILE, BPETokenizer
 
 INDEX_FILE = "shards.json"
+#: What a shards folder holds (:func:`tokformer.files.foreign_entries` patterns): what ``--overwrite`` may delete.
+SHARDS_FOLDER = (INDEX_FILE, "shard-[0-9][0-9][0-9][0-9][0-9].bin", f"{TOKENIZER_DIR}/{TOKENIZER_CONFIG_FILE}",
+                 f"{TOKENIZER_DIR}/{HF_FILE}")
 FORMAT = "tokformer-lm-shards"
 VERSION = 1
 SHARD_TOKENS = 100_000_000  # 200 MB of uint16 per shard: few files, each small enough to copy
@@ -208,9 +211,8 @@ def _check_out(out: Path, overwrite: bool) -> None:
         raise DataError(f"{out} is a non-empty directory that holds no shards; write the shards elsewhere")
     if not overwrite:
         raise DataError(f"{out} already holds shards; pass --overwrite to replace them, or write elsewhere")
-    foreign = sorted(p.name for p in out.iterdir()
-                     if p.name not in (INDEX_FILE, TOKENIZER_DIR) and not re.fullmatch(r"shard-\d{5}\.bin", p.name))
-    if foreign:  # --overwrite replaces shards, never files someone put beside them
+    foreign = foreign_entries(out, SHARDS_FOLDER)
+    if foreign:  # --overwrite replaces shards, never files someone put beside or among them
         raise DataError(f"{out} also holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which "
                         "tokformer did not write; move them out before --overwrite, or write the shards elsewhere")
 

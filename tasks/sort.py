@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 from tokformer.batch import TokenBatch
 from tokformer.config import ARCHITECTURE
 from tokformer.embedding import Embedder
-from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, register_task, write_text_atomic
+from tokformer.engine import TOKENIZER_DIR, StepOutput, Task, check_data_fits, register_task, write_text_atomic
 from tokformer.errors import DataError
 from tokformer.positional import LearnedPositions
 from tokformer.transformer import Encoder, TransformerConfig
@@ -97,11 +97,20 @@ class SortTask(Task):
 
     def train_dataset(self) -> SortDataset:
         c = self.config
+        self._check_data_fits()
         return SortDataset(make_sequences(c.train_size, c.seq_len, c.vocab, c.data_seed))
 
     def eval_dataset(self) -> SortDataset:
         c = self.config
+        self._check_data_fits()
         return SortDataset(make_sequences(c.eval_size, c.seq_len, c.vocab, c.data_seed + 1))
+
+    def _check_data_fits(self) -> None:
+        """Both splits, made up front: a digit takes 24 bytes while they are (int64 digits, sorted
+        digits, and the sort's indices)."""
+        c = self.config
+        check_data_fits((c.train_size + c.eval_size) * c.seq_len * 24,
+                        f"train_size + eval_size = {c.train_size + c.eval_size:,} sequences of {c.seq_len:,} digits")
 
     def collate(self, samples: list[tuple[Tensor, Tensor]], train: bool) -> dict[str, TokenBatch | Tensor]:
         tokens = TokenBatch.unpadded(torch.stack([s[0] for s in samples]))  # [B, N]

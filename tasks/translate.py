@@ -41,6 +41,7 @@ from tokformer.engine import (
     StepOutput,
     Task,
     barrier,
+    check_data_fits,
     help_text,
     load,
     register_task,
@@ -179,7 +180,9 @@ class TranslateTask(Task):
 
     def _read_splits(self) -> tuple[list[Pair], list[Pair]]:
         c = self.config
-        if c.data is None:
+        if c.data is None:  # a generated pair, with its BPE ids, holds about 2 kB
+            check_data_fits((c.train_size + c.eval_size) * 2048,
+                            f"train_size + eval_size = {c.train_size + c.eval_size:,} generated sentence pairs")
             train, held_out = split_numbers(c.train_size, c.eval_size, c.data_seed)
             as_pairs = lambda numbers, split: [Pair(s, t, f"{split} number {n}")
                                                for n, (s, t) in zip(numbers, number_pairs(numbers), strict=True)]

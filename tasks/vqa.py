@@ -44,9 +44,9 @@ from tokformer.engine import (
     StepOutput,
     Task,
     barrier,
+    check_data_fits,
     help_text,
     load,
-    memory_limit,
     register_task,
     write_text_atomic,
 )
@@ -212,11 +212,8 @@ def check_builtin_fits(c: VQAConfig) -> None:
     """Refuse built-in data sizes whose scenes cannot fit in memory, before drawing any (they are drawn up
     front, so a few digits of ``--train-size`` could ask for a terabyte). Checked when the data are made,
     not when a config is read: a trained model loads on a smaller machine."""
-    need, limit = (c.train_size + c.eval_size) * builtin_example_bytes(c.image_size), memory_limit()
-    if limit is not None and need > limit:
-        raise ConfigError(f"train_size + eval_size = {c.train_size + c.eval_size:,} built-in examples take about "
-                          f"{need / 2**30:.1f} GiB, more than the {limit / 2**30:.1f} GiB of memory available; "
-                          "ask for fewer")
+    check_data_fits((c.train_size + c.eval_size) * builtin_example_bytes(c.image_size),
+                    f"train_size + eval_size = {c.train_size + c.eval_size:,} built-in examples")
 
 
 def builtin_examples(n: int, seed: int, split: str, size: int) -> list[Example]:

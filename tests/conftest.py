@@ -1,10 +1,13 @@
 """Shared fixtures: a device parameter that covers CUDA when one is present, one thread, seeding, a
-tiny sort model folder, and a disk that fills up."""
+tiny sort model folder, a disk that fills up, and named pipes that cannot hang a test."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import stat
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -81,3 +84,43 @@ def fill_disk(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
         monkeypatch.setattr(matplotlib.figure.Figure, "savefig", save_half)
 
     return fill
+
+
+PIPE_PATIENCE_S = 5.0  # code that does not open a pipe is done at once; one that opens it waits this long
+
+
+@pytest.fixture
+def named_pipe() -> Iterator[Callable[[Path], Path]]:
+    """``named_pipe(path)`` makes a FIFO at ``path``. Opening one waits for the other end forever: code that
+    opens it (the bug such a test catches) would hang the suite, so after ``PIPE_PATIENCE_S`` a helper opens
+    the other end and closes it, again and again until the test ends: a waiting reader reads nothing, a
+    waiting writer gets a broken pipe, and a reader found waiting fails the test when it ends (one that reads
+    nothing might well pass). Skipped where there are no FIFOs."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("named pipes are POSIX")
+    done = threading.Event()
+    helpers, waited_on = [], []
+
+    def unblock(path: Path) -> None:
+        done.wait(PIPE_PATIENCE_S)
+        while not done.is_set():
+            with contextlib.suppress(OSError):  # ENXIO: no reader waits; or the pipe is gone
+                writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # opens only if a reader waits
+                if stat.S_ISFIFO(os.fstat(writer).st_mode):  # not a file written in its place
+                    waited_on.append(path)
+                os.close(writer)
+            with contextlib.suppress(OSError):  # a writer waiting opens now, and writes to no reader
+                os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+            done.wait(0.05)
+
+    def make(path: Path) -> Path:
+        os.mkfifo(path)
+        helpers.append(threading.Thread(target=unblock, args=(path,), daemon=True))
+        helpers[-1].start()
+        return path
+
+    yield make
+    done.set()
+    for helper in helpers:
+        helper.join()
+    assert not waited_on, f"{waited_on[0]} was opened and waited on"

@@ -1,6 +1,9 @@
 """Task ``classify`` end to end: built-in shapes, an image folder, predict, mixup, bad data."""
 
+import io
 import json
+import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from PIL import Image
 from tokformer.cli import main
 from tokformer.engine import load_run, train
 from tokformer.errors import DataError
+from tokformer.store import steps
 from tokformer.tasks.classify import ClassifyConfig, ClassifyTask, predict
 from tokformer.tasks.image_data import make_shapes
 
@@ -85,6 +89,59 @@ def test_train_on_an_image_folder_skips_corrupt_files(tmp_path):
     assert result.exit_code == 0, result.output
     assert "skipping unreadable image" in result.output and "broken.png" in result.output
     assert json.loads((run / "classes.json").read_text()) == ["cat", "dog"]
+
+
+def write_broken_pixels(path: Path) -> None:
+    """A PNG whose header and checksums are valid over pixel data that is not a zlib stream: it passes
+    the scan's cheap check (PIL identifies and verifies it) and fails only when decoded."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), "red").save(buffer, "PNG")
+    data = bytearray(buffer.getvalue())
+    at = data.index(b"IDAT")
+    n = int.from_bytes(data[at - 4:at], "big")
+    data[at + 4:at + 4 + n] = bytes((j * 37 + 11) % 256 for j in range(n))
+    data[at + 4 + n:at + 8 + n] = zlib.crc32(bytes(data[at:at + 4 + n])).to_bytes(4, "big")
+    path.write_bytes(bytes(data))
+
+
+def test_an_image_that_fails_only_when_decoded_is_skipped_for_the_next_one(tmp_path, caplog):
+    from tokformer.tasks.image_data import ImageFiles, readable_image
+
+    _write_folder(tmp_path)
+    good = sorted((tmp_path / "cat").iterdir())[:2]
+    write_broken_pixels(tmp_path / "dog.png")
+    assert readable_image(tmp_path / "dog.png") and not readable_image(tmp_path / "dog.png", decode=True)
+    files = ImageFiles([(good[0], 0), (tmp_path / "dog.png", 1), (good[1], 0)], ["cat", "dog"])
+    image, label = files[1]
+    assert label == 0 and image.tobytes() == Image.open(good[1]).convert(image.mode).tobytes()
+    assert "dog.png" in caplog.text and "skipping an image that cannot be decoded" in caplog.text
+    assert files[0][1] == 0 and len(files) == 3
+
+
+def test_a_folder_of_images_that_all_fail_when_decoded_is_a_data_error(tmp_path, monkeypatch):
+    from tokformer.tasks import image_data
+
+    monkeypatch.setattr(image_data, "MAX_SKIPPED_IN_A_ROW", 2)
+    for i in range(4):
+        write_broken_pixels(tmp_path / f"{i}.png")
+    files = image_data.ImageFiles([(tmp_path / f"{i}.png", 0) for i in range(4)], ["x"])
+    with pytest.raises(DataError, match=r"3 image files in a row, from .*1\.png on, cannot be decoded"):
+        files[1]
+    two = image_data.ImageFiles([(tmp_path / f"{i}.png", 0) for i in range(2)], ["x"])
+    with pytest.raises(DataError, match="2 image files in a row"):  # each file tried once
+        two[0]
+
+
+def test_train_on_a_folder_with_an_image_that_fails_only_when_decoded_finishes(tmp_path):
+    data = tmp_path / "data"
+    _write_folder(data)
+    write_broken_pixels(data / "dog" / "broken.png")
+    result = invoke("train", "classify", "-o", f"data={data}", "-o", "val_fraction=0.25",
+                    *[f"-o{k}={v}" for k, v in TINY_MODEL.items()], "--steps", "4", "--batch-size", "8",
+                    "--eval-every", "4", "--warmup-steps", "1", "--device", "cpu", "--run-dir", str(tmp_path / "run"),
+                    "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "broken.png" in result.output and steps.list_checkpoints(tmp_path / "run") == [4]
 
 
 def test_train_and_val_subfolders(tmp_path):

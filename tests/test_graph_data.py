@@ -114,6 +114,37 @@ def test_files_that_are_not_graphs(tmp_path: Path) -> None:
         load_graphs(str(tmp_path / "missing"))
 
 
+@pytest.mark.parametrize("suffix", [".graphml", ".gml", ".edgelist"])
+def test_a_pipe_named_like_a_graph_file_is_refused_by_name_not_waited_on(tmp_path: Path, named_pipe,
+                                                                         suffix: str) -> None:
+    """networkx opened the path itself: a FIFO blocked forever (predict, a class folder, a manifest row)."""
+    _write_class_dirs(tmp_path)
+    pipe = named_pipe(tmp_path / "ring" / f"pipe{suffix}")
+    with pytest.raises(DataError, match=f"^{pipe} is not a regular file"):
+        read_graph(pipe)
+    with pytest.raises(DataError, match=f"^{pipe} is not a regular file"):  # a class folder: refused, as a
+        load_graphs(str(tmp_path))  # graph file that does not parse is (docs/graphs.md)
+    manifest = tmp_path / "data.csv"
+    manifest.write_text(f"path,label\nring/a.graphml,ring\nring/pipe{suffix},ring\n")
+    with pytest.raises(DataError, match=f"^{pipe} is not a regular file"):
+        load_graphs(str(manifest))
+
+
+def test_manifest_paths_that_leave_its_folder_are_refused_unread(tmp_path: Path) -> None:
+    """They were read: /etc/passwd was parsed as an edge list and its first line printed in the error."""
+    _write_class_dirs(tmp_path / "data")
+    outside = tmp_path / "secret.edgelist"
+    outside.write_text("root:x:0:0 secret\n")
+    (tmp_path / "data" / "link.edgelist").symlink_to(outside)
+    manifest = tmp_path / "data" / "data.csv"
+    for path, why in [("../secret.edgelist", "points outside"), (str(outside), "points outside"),
+                      ("link.edgelist", "is a link that leads outside")]:
+        manifest.write_text(f"path,label\nring/a.graphml,ring\n{path},ring\n")
+        with pytest.raises(DataError, match=f"^{manifest}:3: path: .* {why} ") as info:
+            load_graphs(str(manifest))
+        assert "root:x" not in str(info.value)
+
+
 def test_in_memory_labels() -> None:
     graphs = [nx.path_graph(3), nx.cycle_graph(3)]
     assert labeled_graphs(graphs, ["b", "a"]).labels == [1, 0]

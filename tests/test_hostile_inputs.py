@@ -84,9 +84,11 @@ def test_overwrite_with_bad_input_keeps_the_run_it_would_replace(sort_run: Path,
 
 def test_overwrite_replaces_a_run_once_the_new_one_stands(sort_run: Path, tmp_path: Path) -> None:
     run = fresh_copy(sort_run, tmp_path)
-    (run / "checkpoints" / "marker").write_text("old")
+    old = run / "checkpoints" / "step-00000099" / "state.json"  # a checkpoint the new run does not write
+    old.parent.mkdir()
+    old.write_text("old")
     result = train("sort", run_dir=str(run), overwrite=True, **{**TINY["sort"], "d_model": 8}, **TRAIN)
-    assert not (run / "checkpoints" / "marker").exists() and result.step == 2
+    assert not old.parent.exists() and result.step == 2
     assert json.loads((run / "config.json").read_text())["task"]["d_model"] == 8
     assert [p.name for p in tmp_path.iterdir()] == ["run"], "no aside copy and no lock file left"
 
@@ -265,8 +267,9 @@ def test_a_hugging_face_index_naming_another_folder_is_refused(tmp_path: Path) -
         read_state(tmp_path / "hf")
 
 
-@pytest.mark.parametrize("edit", ["shard named ../x", "shards a list", "huge tensor", "world a string"])
-def test_a_sharded_manifest_with_bad_fields_is_damaged_and_resume_falls_back(tmp_path: Path, edit: str) -> None:
+@pytest.mark.parametrize("edit", ["shard named ../x", "shards a list", "huge tensor", "world a string", "a pipe"])
+def test_a_sharded_manifest_with_bad_fields_is_damaged_and_resume_falls_back(tmp_path: Path, named_pipe,
+                                                                             edit: str) -> None:
     run = train("sort", run_dir=str(tmp_path / "run"), strategy="fsdp", **TINY["sort"],
                 **{**TRAIN, "steps": 4}).run_dir
     manifest_file = steps.step_dir(run, 4) / "manifest.json"
@@ -277,9 +280,13 @@ def test_a_sharded_manifest_with_bad_fields_is_damaged_and_resume_falls_back(tmp
         manifest["shards"] = list(manifest["shards"])
     elif edit == "huge tensor":
         manifest["tensors"][next(iter(manifest["tensors"]))]["shape"] = [1 << 40, 1 << 20]
-    else:
+    elif edit == "world a string":
         manifest["world"] = "one"
-    manifest_file.write_text(json.dumps(manifest))
+    manifest_file.unlink()
+    if edit == "a pipe":  # read as a file, it blocked load_run and the resume forever
+        named_pipe(manifest_file)
+    else:
+        manifest_file.write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="manifest.json is damaged"):
         load_run(run, checkpoint="latest")
     result = train(resume=str(run), steps=6, quiet=True)  # falls back to step 2 and trains on
@@ -456,6 +463,38 @@ def test_a_pipe_or_device_given_as_a_file_is_refused_not_read_forever(tmp_path: 
     line = one_line_error(CliRunner().invoke(main, ["tokenizer", "train", "--data", "/dev/zero", "--vocab-size",
                                                     "300", "--out", str(tmp_path / "tok")]))
     assert "/dev/zero is not a regular file" in line
+
+
+@pytest.mark.parametrize(("name", "commands", "code"), [("best.json", ["predict"], 1),
+                                                        ("state.json", ["predict", "resume"], 1),
+                                                        ("metrics.jsonl", ["resume"], 2)])
+def test_a_pipe_in_place_of_a_run_s_file_is_one_line_not_waited_on(sort_run: Path, tmp_path: Path, named_pipe,
+                                                                   name: str, commands: list[str], code: int) -> None:
+    """They were read with Path.read_text / read_bytes: a FIFO there blocked predict or a resume forever (a
+    resume reads no best.json: it writes a new one). The run's checkpoint files keep their CheckpointError
+    (exit 1); metrics.jsonl, unreadable, is refused rather than rewritten."""
+    run = fresh_copy(sort_run, tmp_path)
+    file = (steps.step_dir(run, steps.list_checkpoints(run)[-1]) if name == "state.json" else run) / name
+    file.unlink()
+    named_pipe(file)
+    args = {"predict": ["predict", str(run), "3 1 2"], "resume": ["train", "--resume", str(run), "--steps", "3", "-q"]}
+    for command in commands:
+        line = one_line_error(CliRunner().invoke(main, args[command]), code)
+        assert f"{file} is not a regular file" in line, command
+
+
+def test_a_pipe_in_place_of_the_best_checkpoint_s_state_is_named_when_training_reports(tmp_path: Path,
+                                                                                      named_pipe) -> None:
+    """The closing report reads the best checkpoint's held-out metrics from its state.json; best (step 2)
+    is not the checkpoint a resume loads (step 4), and a pipe in its place blocked the report forever."""
+    run = train("sort", run_dir=str(tmp_path / "run"), **TINY["sort"], **{**TRAIN, "steps": 4}).run_dir
+    latest = steps.step_dir(run, 4) / "state.json"
+    latest.write_text(json.dumps(json.loads(latest.read_text()) | {"best": {"step": 2, "metric": "accuracy",
+                                                                            "value": 1.0}}))
+    (steps.step_dir(run, 2) / "state.json").unlink()
+    pipe = named_pipe(steps.step_dir(run, 2) / "state.json")
+    line = one_line_error(CliRunner().invoke(main, ["train", "--resume", str(run), "--steps", "4", "-q"]))
+    assert line == f"Error: {pipe} is not a regular file (a pipe, socket or device); give a file"
 
 
 def test_a_damaged_metrics_log_does_not_stop_a_resume(sort_run: Path, tmp_path: Path) -> None:

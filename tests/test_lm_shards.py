@@ -95,6 +95,7 @@ def test_prepared_shards_hold_exactly_the_ids_the_lm_task_packs(tmp_path, text_d
     assert BPETokenizer.load(tmp_path / "s" / "tokenizer").files() == task.tokenizer.files()
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads signal masks from Linux's /proc")
 def test_a_sigterm_reaching_the_workers_leaves_stopping_to_the_parent(text_dir, bpe):
     """A scheduler's SIGTERM reaches the whole process group. A worker it killed could die half-way through
     sending a result, and the pool's thread in the parent would then wait for the rest of it forever (the
@@ -106,6 +107,9 @@ def test_a_sigterm_reaching_the_workers_leaves_stopping_to_the_parent(text_dir, 
     first = next(results)
     workers = [p for p in multiprocessing.active_children() if p.pid not in earlier]
     assert len(workers) == 2
+    deadline = time.monotonic() + 30  # a worker ignores SIGTERM from its initializer on, run just after the fork
+    while not all(_ignores_sigterm(w.pid) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.01)
     for worker in workers:
         os.kill(worker.pid, signal.SIGTERM)
     time.sleep(0.2)
@@ -113,6 +117,16 @@ def test_a_sigterm_reaching_the_workers_leaves_stopping_to_the_parent(text_dir, 
     encoded = [first, *results]  # the rest of the files, as if nothing had happened
     alone = list(lm_shards._encoded(paths, bpe, 1, lambda: False))
     assert len(encoded) == len(paths) and all(np.array_equal(a, b) for a, b in zip(encoded, alone, strict=True))
+
+
+def _ignores_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGTERM (the SigIgn mask of Linux's /proc; False if it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    return bool(ignored & 1 << (signal.SIGTERM - 1))
 
 
 def _gone(pid: int) -> bool:
@@ -186,6 +200,23 @@ def test_a_failed_write_leaves_the_older_shards_and_no_partial_output(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # no staging directory left behind
     lm_shards.write_shards([[7, 8]], tmp_path / "s", bpe, overwrite=True)
     assert lm_shards.ShardedCorpus(tmp_path / "s", 0.5).ids[:2].tolist() == [7, 8]
+
+
+def test_overwrite_refuses_shards_holding_the_users_files_among_them(tmp_path, bpe):
+    """Not only beside the shards: in their tokenizer folder too, which --overwrite deletes with them."""
+    out = tmp_path / "s"
+    lm_shards.write_shards([[1, 2, 3]] * 5, out, bpe, shard_tokens=4)
+    assert sorted(p.name for p in out.iterdir()) == [*(f"shard-{i:05d}.bin" for i in range(5)), "shards.json",
+                                                     "tokenizer"]  # 5 documents of 3 ids and an end of text
+    (out / "tokenizer" / "notes.txt").write_text("keep me")
+    (out / "shard-1.bin").write_text("not one of ours")
+    with pytest.raises(DataError, match=r"also holds shard-1\.bin, tokenizer/notes\.txt, which tokformer did not"):
+        lm_shards.write_shards([[1]], out, bpe, overwrite=True)
+    assert (out / "tokenizer" / "notes.txt").read_text() == "keep me"
+    (out / "tokenizer" / "notes.txt").unlink()
+    (out / "shard-1.bin").unlink()
+    lm_shards.write_shards([[7, 8]], out, bpe, overwrite=True)  # only what tokformer wrote: replaced
+    assert lm_shards.ShardedCorpus(out, 0.5).ids[:2].tolist() == [7, 8]
 
 
 def test_output_rules_refuse_what_is_not_ours_to_replace(tmp_path, bpe):

@@ -331,3 +331,16 @@ def test_a_staged_folder_makes_every_missing_parent(tmp_path) -> None:
     with atomic.staged_folder(out) as tmp:
         (tmp / "w").write_text("w")
     assert (out / "w").read_text() == "w"
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_a_staged_folder_through_a_link_builds_the_folder_it_leads_to_and_keeps_the_link(tmp_path, replace) -> None:
+    (tmp_path / "real").mkdir()
+    if replace:
+        (tmp_path / "real" / "old.txt").write_text("older")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with atomic.staged_folder(tmp_path / "link", replace=replace) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert (tmp_path / "link").is_symlink() and os.readlink(tmp_path / "link") == str(tmp_path / "real")
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]

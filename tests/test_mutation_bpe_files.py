@@ -191,3 +191,22 @@ def test_gpt2_files_name_the_special_tokens_they_lack(tmp_path: Path) -> None:
     merges.write_text("#version: 0.2\nĠ t \n", encoding="utf-8")
     with pytest.raises(TokenizerError, match="corrupt merges file"):
         BPETokenizer.from_vocab_merges(vocab, merges)
+
+
+@pytest.mark.parametrize("which", ["vocab", "merges"])
+def test_gpt2_files_that_are_pipes_are_refused_by_name_not_waited_on(tmp_path: Path, named_pipe, which: str) -> None:
+    files = dict(zip(("vocab", "merges"), BPETokenizer.train(TEXTS, 300).save_vocab_merges(tmp_path), strict=True))
+    files[which].unlink()
+    named_pipe(files[which])
+    with pytest.raises(TokenizerError, match=f"^{files[which]} is not a regular file"):
+        BPETokenizer.from_vocab_merges(files["vocab"], files["merges"])
+
+
+def test_gpt2_files_name_a_missing_one_and_a_vocab_nested_too_deeply(tmp_path: Path) -> None:
+    vocab, merges = BPETokenizer.train(TEXTS, 300).save_vocab_merges(tmp_path)
+    merges.unlink()
+    with pytest.raises(TokenizerError, match=f"^missing file {merges}$"):
+        BPETokenizer.from_vocab_merges(vocab, merges)
+    vocab.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(TokenizerError, match=f"^corrupt JSON file {vocab}: JSON nested too deeply$"):
+        BPETokenizer.from_vocab_merges(vocab, merges)

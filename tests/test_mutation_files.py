@@ -5,10 +5,13 @@ is cut, and how files split into lines."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tokformer import files
 from tokformer.errors import DataError, UsageError
+from tokformer.store.run_dir import ENGINE_FILES
 
 
 def test_a_relative_path_is_named_with_where_it_was_looked_for(tmp_path, monkeypatch) -> None:
@@ -87,3 +90,53 @@ def test_an_output_file_may_be_new_or_replaced_when_asked_and_never_an_input(tmp
                                              "replace it; choose another file$"):
             files.check_output_file(tmp_path / name, overwrite=True, inputs=[tmp_path / "missing.txt", source])
     assert mine.read_text() == "mine" and source.read_text() == "data"
+
+
+OWNED = (*ENGINE_FILES, "tokenizer/tokenizer.json", "corpus/corpus.bin", "classes.json")
+
+
+def test_the_users_entries_in_a_run_are_listed_with_folders_marked(tmp_path: Path) -> None:
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "thesis.txt").write_text("x")
+    (tmp_path / "checkpoints").mkdir()  # the engine's
+    (tmp_path / "tokenizer").mkdir()  # the task's
+    assert files.foreign_entries(tmp_path, OWNED) == ["analysis/", "thesis.txt"]
+
+
+def make(root: Path, *paths: str) -> None:
+    """Files (and, ending in ``/``, folders) under ``root``."""
+    for path in paths:
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.mkdir() if path.endswith("/") else target.write_text("x")
+
+
+def test_what_tokformer_writes_in_a_run_is_not_foreign(tmp_path: Path) -> None:
+    make(tmp_path, "config.json", "best.json", "metrics.jsonl", "classes.json", "tokenizer/tokenizer.json",
+         "checkpoints/step-00000002/model.safetensors", "checkpoints/step-00000002/state.json",
+         "checkpoints/step-00000002/state.safetensors", "checkpoints/step-00000004/shard-00001-of-00002.safetensors",
+         "checkpoints/step-00000004/manifest.json", "checkpoints/.tmp-step-00000006-k2j4/model.safetensors",
+         "checkpoints/.tmp-step-00000006-k2j4/deeper/anything", "plots/loss.png", "plots/confusion.png",
+         "tensorboard/events.out.tfevents.1700000000.host.1.0", "corpus/corpus.bin",
+         ".metrics.jsonl.k2j4x9.jsonl", "plots/.loss.png.k2j4x9.png", "tokenizer/.tokenizer.json.a1.json")
+    assert files.foreign_entries(tmp_path, OWNED) == []
+
+
+def test_the_users_files_inside_tokformers_folders_are_foreign(tmp_path: Path) -> None:
+    """``--overwrite`` deletes the whole run: notes the user put in its plots or tokenizer folder with it."""
+    make(tmp_path, "plots/loss.png", "plots/my_analysis/notes.md", "plots/notes.md", "tokenizer/tokenizer.json",
+         "tokenizer/my_notes.txt", "checkpoints/README", "checkpoints/step-00000002/model.safetensors",
+         "checkpoints/step-00000002/notes.txt", "checkpoints/step-00000002/extra/", "corpus/mine.txt",
+         "tensorboard/mine.txt", ".thesis.txt.bak", "tokenizer/sub/tokenizer.json", "classes.json/")
+    assert files.foreign_entries(tmp_path, OWNED) == [
+        ".thesis.txt.bak", "checkpoints/README", "checkpoints/step-00000002/extra/",
+        "checkpoints/step-00000002/notes.txt", "classes.json/", "corpus/mine.txt", "plots/my_analysis/",
+        "plots/notes.md", "tensorboard/mine.txt", "tokenizer/my_notes.txt", "tokenizer/sub/"]
+
+
+def test_a_link_inside_a_run_is_foreign_unless_it_is_a_file_of_ours(tmp_path: Path) -> None:
+    make(tmp_path / "elsewhere", "kept.txt")
+    (tmp_path / "run" / "plots").mkdir(parents=True)
+    (tmp_path / "run" / "plots" / "outside").symlink_to(tmp_path / "elsewhere")  # a folder: never walked into
+    (tmp_path / "run" / "plots" / "loss.png").symlink_to(tmp_path / "elsewhere" / "kept.txt")
+    assert files.foreign_entries(tmp_path / "run", OWNED) == ["plots/outside/"]

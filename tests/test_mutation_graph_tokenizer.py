@@ -218,9 +218,12 @@ def test_a_bad_choice_is_refused_by_its_name(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["k", "signnet_width", "signnet_layers"])
-def test_a_zero_size_is_refused_by_its_name(name: str) -> None:
-    with pytest.raises(TokenizerError, match=rf"^{name} must be positive, got 0$"):
-        GraphTokenizer(**{name: 0})
+@pytest.mark.parametrize("size", [0, 65537])
+def test_a_size_out_of_range_is_refused_by_its_name(name: str, size: int) -> None:
+    """65536 at most, the widest model: a node's k floats are in every batch, and 10**8 asks for terabytes."""
+    with pytest.raises(TokenizerError, match=rf"^{name} must be in 1\.\.65536, got {size}$"):
+        GraphTokenizer(**{name: size})
+    assert GraphTokenizer(**{name: 1 if size == 0 else 65536}).get_config()[name] == (1 if size == 0 else 65536)
 
 
 def test_categories_of_attributes_not_read_are_refused() -> None:

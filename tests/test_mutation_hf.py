@@ -545,6 +545,32 @@ def test_a_tokenizer_config_that_is_not_an_object_is_ignored(llama_folder) -> No
     assert hf.load_hf_folder(llama_folder)[0].config.bos_token is None
 
 
+def test_a_tokenizer_config_nested_too_deeply_is_ignored_as_other_malformed_json_is(llama_folder) -> None:
+    """files.loads raises a plain ValueError for it, which was not caught: an internal error, exit 1."""
+    (llama_folder / "tokenizer_config.json").write_text('{"a":' * 50_000 + "1" + "}" * 50_000, encoding="utf-8")
+    assert hf.load_hf_folder(llama_folder)[0].config.bos_token is None
+
+
+def test_optional_tokenizer_files_that_are_pipes_are_ignored_not_waited_on(llama_folder, tokenizer,
+                                                                           named_pipe) -> None:
+    """tokenizer_config.json, and a tokenizer.json beside the vocab.json + merges.txt the tokenizer is read
+    from, are read only for the BOS token: a pipe in their place blocked the load forever."""
+    named_pipe(llama_folder / "tokenizer_config.json")
+    assert hf.load_hf_folder(llama_folder)[0].config.bos_token is None
+    (llama_folder / "tokenizer.json").unlink()
+    tokenizer.save_vocab_merges(llama_folder)
+    named_pipe(llama_folder / "tokenizer.json")
+    assert hf.load_hf_folder(llama_folder)[0].tokenizer.vocab_size == tokenizer.vocab_size
+
+
+def test_a_vocab_json_that_is_not_an_object_is_refused_by_name(llama_folder, tokenizer) -> None:
+    (llama_folder / "tokenizer.json").unlink()
+    vocab, _ = tokenizer.save_vocab_merges(llama_folder)
+    vocab.write_text("3", encoding="utf-8")  # `EOT in 3` raised a TypeError: an internal error
+    assert error_of(llama_folder) == (f"{llama_folder}: tokenizer not supported: corrupt vocab file {vocab}: "
+                                      "expected a JSON object of token -> id")
+
+
 def test_a_llama3_style_template_adds_the_bos_transformers_adds(llama_folder, tokenizer, tmp_path) -> None:
     """Llama 3's tokenizer.json: a Sequence of ByteLevel and a template that puts the BOS first."""
     eot = tokenizer.special_tokens[hf.EOT]

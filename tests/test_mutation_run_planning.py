@@ -73,7 +73,34 @@ def test_a_missing_directory_is_planned_as_new_and_an_empty_one_as_the_users(tmp
 
 def test_resume_is_planned_as_given(tmp_path):
     run = tmp_path / "run"
-    assert api._plan(run, sort_config(run), True, False) == RunDirPlan(str(run), resume=True)
+    cfg = a_run(run)
+    assert api._plan(run, cfg, True, False) == RunDirPlan(str(run), resume=True), "no checkpoint yet: it starts over"
+    with_checkpoint(run)
+    (run / "notes.txt").write_text("mine")  # resuming deletes nothing
+    assert api._plan(run, cfg, True, False) == RunDirPlan(str(run), resume=True)
+
+
+def test_resume_without_a_checkpoint_refuses_a_config_file_of_the_users(tmp_path):
+    """It would be rewritten with every option, and the run written into the user's folder."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"task": {"name": "sort"}, "train": {"steps": 2}}')
+    assert api._plan(run, sort_config(run), True, False) == RunDirPlan(refusal=(
+        f"--resume {run}: it has no checkpoint, and its config.json is no run's (tokformer train writes every option "
+        f"there); to train with that config: tokformer train {run / 'config.json'} --run-dir ANOTHER_DIR"))
+
+
+@pytest.mark.parametrize(("mine", "named"), [(["plots/notes.txt"], "plots/notes.txt"),
+                                             (["a", "b/", "c", "d"], "a, b/, c ...")])
+def test_resume_without_a_checkpoint_refuses_a_run_holding_the_users_files(tmp_path, mine, named):
+    run = tmp_path / "run"
+    cfg = a_run(run)
+    for name in mine:
+        (run / name).parent.mkdir(exist_ok=True)
+        (run / name.rstrip("/")).mkdir() if name.endswith("/") else (run / name).write_text("mine")
+    assert api._plan(run, cfg, True, False) == RunDirPlan(refusal=(
+        f"--resume {run}: it has no checkpoint, so the run would start again there, and it holds {named}, which "
+        "tokformer did not write; move them out first, or choose another --run-dir"))
 
 
 def test_a_file_is_refused_as_a_run_directory(tmp_path):
@@ -239,23 +266,34 @@ def test_the_same_run_without_a_checkpoint_is_refused_if_it_holds_the_users_file
     assert all((run / name.rstrip("/")).exists() for name in mine)
 
 
+def tokenizers_in(*folders: str) -> set[str]:
+    return {f"{folder}/{name}" for folder in folders for name in runs.TOKENIZER_FILES}
+
+
+def tasks_part(owned: tuple[str, ...]) -> set[str]:
+    """What of ``owned`` the task adds, after checking the engine's files lead it."""
+    assert owned[: len(runs.ENGINE_FILES)] == runs.ENGINE_FILES
+    return set(owned[len(runs.ENGINE_FILES):])
+
+
 def test_a_run_of_a_task_no_longer_known_is_judged_by_the_new_tasks_files(tmp_path):
     run = tmp_path / "run"
     cfg = a_run(run)
     of_a_removed_task(run, cfg)
-    assert api._task_files(run, cfg) == {"tokenizer"}, "the sort task writes its vocabulary there"
-    assert api._task_files(run, resolve_config("lm", run_dir=str(run))) == {"tokenizer", "corpus", "shards.json"}
+    assert tasks_part(api._owned(run, cfg)) == tokenizers_in("tokenizer"), "the sort task writes its vocabulary there"
+    assert tasks_part(api._owned(run, resolve_config("lm", run_dir=str(run)))) == {
+        *tokenizers_in("tokenizer"), "corpus/corpus.bin", "corpus/corpus.json", "shards.json"}
 
 
 def test_the_task_files_of_a_run_come_from_its_own_config(tmp_path):
     run = tmp_path / "run"
     a_run(run)
-    assert api._task_files(run, resolve_config("lm", run_dir=str(run))) == {"tokenizer"}
+    assert tasks_part(api._owned(run, resolve_config("lm", run_dir=str(run)))) == tokenizers_in("tokenizer")
     two = resolve_config("translate", run_dir=str(run), shared_vocab=False, share_embeddings=False)  # two vocabularies
     runs.save_config(run, two.to_dict())
-    assert api._task_files(run, sort_config(run)) == {"tokenizer_src", "tokenizer_tgt"}
+    assert tasks_part(api._owned(run, sort_config(run))) == tokenizers_in("tokenizer_src", "tokenizer_tgt")
     of_a_removed_task(run, two)
-    assert api._task_files(run, two) == {"tokenizer_src", "tokenizer_tgt"}
+    assert tasks_part(api._owned(run, two)) == tokenizers_in("tokenizer_src", "tokenizer_tgt")
 
 
 # -- _prepare_run_dir: lock, recover, plan, make --------------------------------------------------------

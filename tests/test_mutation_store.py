@@ -237,14 +237,6 @@ def test_a_folder_whose_config_cannot_be_read_is_no_run(tmp_path: Path) -> None:
     assert not run_dir.is_run(tmp_path)
 
 
-def test_the_users_entries_in_a_run_are_listed_with_folders_marked(tmp_path: Path) -> None:
-    (tmp_path / "analysis").mkdir()
-    (tmp_path / "thesis.txt").write_text("x")
-    (tmp_path / "checkpoints").mkdir()  # the engine's
-    (tmp_path / "tokenizer").mkdir()  # the task's
-    assert run_dir.foreign_entries(tmp_path, {"tokenizer"}) == ["analysis/", "thesis.txt"]
-
-
 @pytest.mark.parametrize("stands", [False, True])
 def test_of_several_aside_copies_the_newest_comes_back_and_the_rest_go(tmp_path: Path, stands: bool) -> None:
     """Three killed overwrites in a row: the newest copy is the run the user last had; the older ones go.

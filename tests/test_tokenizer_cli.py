@@ -98,6 +98,33 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, corpus: Path, trained: Pat
         assert result.output.strip().splitlines()[-1].startswith("Error: ")
 
 
+def one_line_exit_2(args: list[str]) -> str:
+    """The CLI's output for ``args``: exit 2, one ``Error:`` line and nothing else."""
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1, result.output
+    return result.output.strip()
+
+
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "tokenizer.json"])
+def test_a_pipe_in_place_of_a_tokenizer_file_is_one_line_exit_2_not_waited_on(trained: Path, named_pipe,
+                                                                              name: str) -> None:
+    (trained / name).unlink()
+    named_pipe(trained / name)
+    line = one_line_exit_2(["tokenizer", "encode", "--tokenizer", str(trained), "hello"])
+    assert line == f"Error: {trained / name} is not a regular file (a pipe, socket or device); give a file"
+
+
+@pytest.mark.parametrize(("name", "corrupt"), [("tokenizer_config.json", "corrupt tokenizer config"),
+                                                ("tokenizer.json", "corrupt JSON file")])
+def test_a_tokenizer_file_nested_too_deeply_is_the_error_of_corrupt_json(trained: Path, name: str,
+                                                                         corrupt: str) -> None:
+    """files.loads raises a plain ValueError for it, which was not caught: an internal error, exit 1."""
+    (trained / name).write_text('{"a":' * 50_000 + "1" + "}" * 50_000)
+    line = one_line_exit_2(["tokenizer", "encode", "--tokenizer", str(trained), "hello"])
+    assert line == f"Error: {corrupt} {trained / name}: JSON nested too deeply"
+
+
 def _cli(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tokformer.cli", "tokenizer", *args],

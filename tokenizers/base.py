@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from tokformer import files
 from tokformer.atomic import staged_folder, write_text_atomic
 from tokformer.batch import TokenBatch
-from tokformer.errors import UsageError
+from tokformer.errors import DataError, UsageError
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
@@ -118,11 +118,11 @@ class Tokenizer(ABC):
 def read_config(directory: Path) -> dict[str, Any]:
     """Parse and check ``tokenizer_config.json``: a dict with a string ``type`` and a dict ``config``."""
     file = directory / TOKENIZER_CONFIG_FILE
+    if not file.exists():
+        raise TokenizerError(f"no {TOKENIZER_CONFIG_FILE} in {directory}: not a saved tokenizer")
     try:
-        document = files.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TokenizerError(f"no {TOKENIZER_CONFIG_FILE} in {directory}: not a saved tokenizer") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        document = files.loads(read_file_text(file))
+    except ValueError as err:  # not JSON, or nested too deeply to parse
         raise TokenizerError(f"corrupt tokenizer config {file}: {err}") from None
     if (
         not isinstance(document, dict)
@@ -131,6 +131,17 @@ def read_config(directory: Path) -> dict[str, Any]:
     ):
         raise TokenizerError(f"corrupt tokenizer config {file}: expected {{'type': str, 'config': {{...}}}}")
     return document
+
+
+def read_file_text(path: Path) -> str:
+    """The UTF-8 text of a tokenizer's file, read by :func:`tokformer.files.read_text` (a pipe or a device in
+    its place is refused, never waited on or read without end), its errors as one-line TokenizerErrors."""
+    if not path.exists():
+        raise TokenizerError(f"missing file {path}")
+    try:
+        return files.read_text(path)
+    except DataError as err:  # it names the file and the cause
+        raise TokenizerError(str(err)) from None
 
 
 def pad_ids(

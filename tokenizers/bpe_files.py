@@ -15,7 +15,7 @@ from typing import Any
 
 from tokformer import files
 from tokformer.atomic import write_text_atomic
-from tokformer.tokenizers.base import TokenizerError
+from tokformer.tokenizers.base import TokenizerError, read_file_text
 from tokformer.tokenizers.byte_level import str_to_token, token_to_str
 from tokformer.tokenizers.pretokenize import PATTERNS
 
@@ -184,25 +184,22 @@ def read_vocab_merges(
     missing = [s for s in special_tokens if s not in raw_vocab]
     if missing:
         raise TokenizerError(f"special tokens {missing} are not in {vocab_path}")
+    lines = read_file_text(merges_path).splitlines()
     try:
         specials = {s: int(raw_vocab[s]) for s in special_tokens}
         vocab = {str_to_token(s): int(i) for s, i in raw_vocab.items() if s not in specials}
-        lines = merges_path.read_text(encoding="utf-8").splitlines()
         merges = [_merge_pair(line) for line in lines if line and not line.startswith("#version")]
         merges_bytes = [(str_to_token(a), str_to_token(b)) for a, b in merges]
-    except FileNotFoundError as err:
-        raise TokenizerError(f"missing file {err.filename}") from None
     except KeyError as err:
         raise TokenizerError(f"{vocab_path} / {merges_path}: token {err} is not byte-level") from None
-    except (TypeError, ValueError, UnicodeDecodeError) as err:
+    except (TypeError, ValueError) as err:
         raise TokenizerError(f"corrupt merges file {merges_path}: {err}") from None
     return BPEFiles(vocab=vocab, merges=merges_bytes, special_tokens=specials, pattern=pattern)
 
 
 def _read_json(path: Path) -> Any:
+    text = read_file_text(path)
     try:
-        return files.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TokenizerError(f"missing file {path}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        return files.loads(text)
+    except ValueError as err:  # not JSON, or nested too deeply to parse
         raise TokenizerError(f"corrupt JSON file {path}: {err}") from None

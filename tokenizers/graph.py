@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from tokformer.batch import TokenBatch
+from tokformer.config import MAX_WIDTH
 from tokformer.embedding import Embedder
 from tokformer.errors import DataError
 from tokformer.positional import PositionFeatures
@@ -138,8 +139,8 @@ class GraphTokenizer(Tokenizer):
         _check_choice("position_reader", position_reader, ("linear", "signnet"))
         _check_choice("solver", solver, ("auto", "dense", "sparse"))
         for name, value in (("k", k), ("signnet_width", signnet_width), ("signnet_layers", signnet_layers)):
-            if value <= 0:
-                raise TokenizerError(f"{name} must be positive, got {value}")
+            if not 0 < value <= MAX_WIDTH:  # a node's k floats in every batch: a typo's 10**8 asks for terabytes
+                raise TokenizerError(f"{name} must be in 1..{MAX_WIDTH}, got {value}")
         if node_features == "attributes" and not node_attributes:
             raise TokenizerError("node_features='attributes' needs node_attributes (the attribute names to read)")
         categories = {name: [str(v) for v in values] for name, values in (categories or {}).items()}

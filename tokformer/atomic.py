@@ -157,6 +157,8 @@ def staged_folder(out: Path, replace: bool = False) -> Iterator[Path]:
     ``.NAME.old-XXXX``, the new one renamed in, and then it is deleted. An error or an interrupt
     between the two renames brings it back; a kill there leaves it for :func:`recover_replaced`.
     """
+    if out.is_symlink():  # the folder a link names is the one to build or replace; the link stays, leading to it
+        out = Path(os.path.realpath(out))
     tmp, older = _new_sibling(out, STAGING), None
     try:
         yield tmp

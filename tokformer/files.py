@@ -9,9 +9,10 @@ naming the file and the cause (docs/reliability.md, "Files"), never a traceback.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -149,3 +150,49 @@ def check_output_file(out: str | os.PathLike, *, overwrite: bool, inputs: Sequen
     if not overwrite:
         raise UsageError(f"{flag} {out} exists; pass --overwrite to replace it")
     return path
+
+
+def foreign_entries(folder: Path, owned: Iterable[str]) -> list[str]:
+    """What under ``folder`` tokformer did not write: relative paths that no pattern of ``owned``
+    names (``*`` within one name; a last part ``**``: a folder and all below it; a folder some pattern
+    goes through is walked into), each folder not walked into with a trailing ``/``. A temporary file
+    beside one of ours (``.NAME.XXXX``, :func:`tokformer.atomic.write_atomic`'s) is ours. What a
+    command that replaces a whole folder (``--overwrite``) may delete is what this leaves out."""
+    patterns = [PurePosixPath(p).parts for p in owned]
+    found: list[str] = []
+
+    def walk(folder: Path, parts: tuple[str, ...]) -> None:
+        for entry in sorted(folder.iterdir()):
+            path, is_file = (*parts, entry.name), entry.is_file()  # a link to a file counts as one: only it goes
+            if any(_covers(p, path, is_file) for p in patterns):
+                continue
+            if entry.is_dir() and not entry.is_symlink() and any(_leads_into(p, path) for p in patterns):
+                walk(entry, path)
+            elif not (is_file and any(_is_temporary_of(p, path) for p in patterns)):
+                found.append("/".join(path) + ("/" if entry.is_dir() else ""))
+
+    walk(folder, ())
+    return found
+
+
+def _covers(pattern: tuple[str, ...], path: tuple[str, ...], is_file: bool) -> bool:
+    """Whether ``pattern`` names ``path``, a file, or a folder above it with ``**``."""
+    if pattern[-1] == "**":
+        head = pattern[:-1]
+        return len(path) >= len(head) and _parts_match(head, path[: len(head)])
+    return is_file and len(path) == len(pattern) and _parts_match(pattern, path)
+
+
+def _leads_into(pattern: tuple[str, ...], folder: tuple[str, ...]) -> bool:
+    """Whether ``pattern`` names something inside ``folder``."""
+    return len(pattern) > len(folder) and _parts_match(pattern[: len(folder)], folder)
+
+
+def _is_temporary_of(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
+    """Whether ``path`` is a temporary file written beside a file ``pattern`` names (``.NAME.XXXX``)."""
+    return (len(path) == len(pattern) and pattern[-1] != "**" and _parts_match(pattern[:-1], path[:-1])
+            and fnmatch.fnmatchcase(path[-1], f".{pattern[-1]}.*"))
+
+
+def _parts_match(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
+    return all(fnmatch.fnmatchcase(name, part) for part, name in zip(pattern, path, strict=True))

@@ -17,10 +17,12 @@ from typing import Any
 
 import torch
 
+from tokformer import files
 from tokformer.config import architecture_fields
 from tokformer.engine import finetune
 from tokformer.engine.progress import LOGGER, configure_logging
 from tokformer.engine.report import Evaluation
+from tokformer.engine.signals import sigterm_interrupts
 from tokformer.engine.trainer import RunResult, Trainer, evaluate_model
 from tokformer.errors import ConfigError, DataError
 from tokformer.runtime.config import RunConfig, absolute_paths, load_config_file, resolve_config
@@ -119,7 +121,8 @@ def _main_plan(cfg: RunConfig, resume: bool, overwrite: bool, held: contextlib.E
 
 def _plan(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> RunDirPlan:
     if resume:
-        return RunDirPlan(str(run_dir), resume=True)
+        refusal = None if list_checkpoints(run_dir) else _restart_refusal(run_dir, cfg)
+        return RunDirPlan(refusal=refusal) if refusal else RunDirPlan(str(run_dir), resume=True)
     if not run_dir.exists():
         return RunDirPlan(str(run_dir))
     if run_dir.is_dir() and not any(run_dir.iterdir()):
@@ -130,7 +133,7 @@ def _plan(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> RunDi
         if not runs.is_run(run_dir):
             return RunDirPlan(refusal=f"--overwrite replaces only a tokformer run, and {run_dir} is none (it holds "
                                       f"{runs.contents(run_dir)}); choose another --run-dir")
-        foreign = runs.foreign_entries(run_dir, _task_files(run_dir, cfg))
+        foreign = files.foreign_entries(run_dir, _owned(run_dir, cfg))
         if foreign:
             return RunDirPlan(refusal=f"--overwrite would delete {', '.join(foreign[:3])}"
                                       f"{' ...' if len(foreign) > 3 else ''} in {run_dir}, which tokformer did not "
@@ -139,15 +142,34 @@ def _plan(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> RunDi
     return _requeue(run_dir, cfg)
 
 
-def _task_files(run_dir: Path, cfg: RunConfig) -> set[str]:
-    """What the task of the run in ``run_dir`` writes there (its tokenizer dirs and run files); the new
-    config's task when the old one cannot be resolved."""
+def _restart_refusal(run_dir: Path, cfg: RunConfig) -> str | None:
+    """Why ``--resume`` may not start ``run_dir``, which has no checkpoint, over from step 0 (a run
+    killed before its first one starts again): its config.json is none tokformer wrote (a run's
+    lists every option; a config file of the user's would be rewritten), or the user's files are in it."""
+    saved = runs.saved_config(run_dir)
+    if saved != json.loads(json.dumps(resolve_config(saved).to_dict())):
+        return (f"--resume {run_dir}: it has no checkpoint, and its config.json is no run's (tokformer train "
+                f"writes every option there); to train with that config: tokformer train {run_dir / runs.CONFIG_FILE}"
+                " --run-dir ANOTHER_DIR")
+    foreign = files.foreign_entries(run_dir, _owned(run_dir, cfg))
+    if foreign:
+        return (f"--resume {run_dir}: it has no checkpoint, so the run would start again there, and it holds "
+                f"{', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which tokformer did not write; "
+                "move them out first, or choose another --run-dir")
+    return None
+
+
+def _owned(run_dir: Path, cfg: RunConfig) -> tuple[str, ...]:
+    """What tokformer writes in the run in ``run_dir`` (:data:`runs.ENGINE_FILES`' patterns): the
+    engine's files, its task's tokenizer folders and run files; the new config's task when the old one
+    cannot be resolved."""
     try:
         old = resolve_config(runs.saved_config(run_dir))
         task = get_task(old.task)(old.task_config)
     except ConfigError:
         task = get_task(cfg.task)(cfg.task_config)
-    return {*task.tokenizer_dirs(), *type(task).run_files}
+    tokenizers = (f"{folder}/{name}" for folder in task.tokenizer_dirs() for name in runs.TOKENIZER_FILES)
+    return (*runs.ENGINE_FILES, *tokenizers, *type(task).run_files)
 
 
 def _requeue(run_dir: Path, cfg: RunConfig) -> RunDirPlan:
@@ -183,7 +205,7 @@ def _requeue(run_dir: Path, cfg: RunConfig) -> RunDirPlan:
     if list_checkpoints(run_dir):
         log.info("%s holds this run (same config): resuming it from its latest checkpoint", run_dir)
         return RunDirPlan(str(run_dir), resume=True)
-    foreign = runs.foreign_entries(run_dir, _task_files(run_dir, cfg))
+    foreign = files.foreign_entries(run_dir, _owned(run_dir, cfg))
     if foreign:  # a user's folder holding a copy of a run's config.json: never delete what is not ours
         return RunDirPlan(refusal=f"run directory {run_dir} holds this run's config.json but no checkpoint, and "
                                   f"{', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which tokformer "
@@ -261,7 +283,7 @@ def train(
     else:
         cfg = resolve_config(config, **overrides)
         absolute_paths(cfg)
-    with process_group(cfg.train.device) as d, _deterministic(cfg.train.deterministic), \
+    with sigterm_interrupts(), process_group(cfg.train.device) as d, _deterministic(cfg.train.deterministic), \
             contextlib.ExitStack() as held:
         plan = _prepare_run_dir(cfg, d, resume is not None, overwrite, held)
         run_dir, resuming = Path(plan.path), plan.resume
@@ -293,10 +315,10 @@ def train(
                 runs.save_config(run_dir, cfg.to_dict())
             return Trainer(cfg, task, run_dir, d, resume=resuming, quiet=quiet, initial=initial,
                            on_first_checkpoint=first_checkpoint_saved).fit()
-        except Exception:
-            # A run that fails before its first checkpoint (bad data or options, or a fault) leaves no
-            # half-made run directory behind, so rerunning needs no --overwrite; a run it was replacing
-            # comes back.
+        except BaseException:
+            # A run that fails or is stopped (Ctrl-C, SIGTERM) before its first checkpoint (bad data or
+            # options, a fault) leaves no half-made run directory behind, so rerunning needs no
+            # --overwrite; a run it was replacing comes back.
             if not resuming and d.is_main and not list_checkpoints(run_dir):
                 runs.remove(run_dir, keep_folder=plan.existed)
                 if aside is not None:

@@ -80,12 +80,14 @@ def _tensorboard_writer(path: Path) -> Any:
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The records of ``metrics.jsonl``; a line cut short by a crash, or damaged (not JSON, not a record
-    with a step number), is skipped: the log is a record of the run, never a reason to stop it."""
+    with a step number), is skipped: the log is a record of the run, never a reason to stop it. A log that
+    cannot be read at all (a pipe in its place, which would block; no permission) is a one-line DataError:
+    a resume rewrites the log, and would lose what an unreadable one holds."""
     path = run_dir / METRICS_FILE
     if not path.exists():
         return []
     records = []
-    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+    for line in files.read_bytes(path).decode("utf-8", errors="replace").splitlines():
         try:
             record = files.loads(line)
         except ValueError:

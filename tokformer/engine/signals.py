@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
+from tokformer.errors import Interrupted
+
 
 class StopFlag:
     """Whether a stop was asked for, and by which signal (``signum``, None until one came)."""
@@ -49,3 +51,23 @@ def stop_on_signals() -> Iterator[StopFlag]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises :class:`~tokformer.errors.Interrupted` while the block runs, as Ctrl-C raises
+    KeyboardInterrupt: before the training loop takes the signals over (:func:`stop_on_signals`), a
+    scheduler's stop must still clean up (a half-made run removed, the run it replaced back, the lock
+    released), which the default action, killing the process, does not."""
+    if threading.current_thread() is not threading.main_thread():  # signals only reach the main thread
+        yield
+        return
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(signum)
+
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

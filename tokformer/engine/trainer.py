@@ -295,7 +295,7 @@ class Trainer:
 
     def _report(self, eval_set: Dataset, best: dict[str, Any]) -> Evaluation:
         """The best checkpoint's held-out metrics (saved in its state) beside the task's baselines."""
-        state = files.loads((step_dir(self.run_dir, best["step"]) / "state.json").read_text(encoding="utf-8"))
+        state = files.read_json(step_dir(self.run_dir, best["step"]) / "state.json")  # a pipe there: refused
         return Evaluation(state["metrics"], self.task.baselines(eval_set),
                           f"the held-out split, best checkpoint (step {best['step']})")
 

@@ -42,7 +42,6 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from tokformer import files
 from tokformer.atomic import staged_folder
 from tokformer.errors import CheckpointError, ConfigError, DataError
 from tokformer.files import inside, read_json
@@ -133,7 +132,7 @@ def load_tokenizer(folder: str | os.PathLike, max_length: int) -> BPETokenizer:
             return BPETokenizer.from_hf_json(folder / "tokenizer.json", max_length=max_length)
         if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
             vocab = read_json(folder / "vocab.json")
-            specials = [EOT] if EOT in vocab else []
+            specials = [EOT] if isinstance(vocab, dict) and EOT in vocab else []  # else refused by name below
             return BPETokenizer.from_vocab_merges(folder / "vocab.json", folder / "merges.txt",
                                                   special_tokens=specials, max_length=max_length)
     except TokenizerError as err:
@@ -427,9 +426,12 @@ def _templates(processor: Any) -> list[dict[str, Any]]:
 
 
 def _json_or_empty(path: Path) -> dict[str, Any]:
+    """The JSON object in an optional file of the folder, or {} where there is none to read: the file is
+    missing, unreadable, not JSON (nested too deeply too) or not an object. read_json reads only a regular
+    file: a pipe in its place is skipped, not waited on, and /dev/zero is not read without end."""
     try:
-        document = files.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        document = read_json(path)
+    except DataError:
         return {}
     return document if isinstance(document, dict) else {}
 

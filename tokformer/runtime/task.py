@@ -73,8 +73,9 @@ class Task:
     #: Engine settings that suit this task (``{"steps": 1500, "lr": 2e-3}``): they sit between
     #: TrainConfig's defaults and the user's config file, flags and ``-o`` (which win).
     train_defaults: ClassVar[dict[str, Any]] = {}
-    #: Names of what the task writes into a run directory besides its :meth:`tokenizer_dirs` (a packed
-    #: corpus, class names): with the engine's own files, what ``--overwrite`` may delete.
+    #: What the task writes into a run directory besides its :meth:`tokenizer_dirs` (class names, a
+    #: packed corpus's files), as paths relative to it (``corpus/corpus.bin``; ``*`` within a name):
+    #: with the engine's own files, what ``--overwrite`` may delete (``tokformer.store.run_dir``).
     run_files: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Any) -> None:

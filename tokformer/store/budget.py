@@ -86,3 +86,14 @@ def check_memory(size: int | None, bytes_per_parameter: int, what: str, *, limit
         raise ConfigError(f"{what} asks for a model of {size:,} parameters, about {need / 2**30:.1f} GiB, more than "
                           f"the {limit / 2**30:.1f} GiB of memory available; make it smaller (or set "
                           "TOKFORMER_MEMORY_LIMIT to the bytes it may use)")
+
+
+def check_data_fits(need: int, what: str) -> None:
+    """Refuse built-in data that take about ``need`` bytes when they cannot fit in memory
+    (:func:`memory_limit`). They are made up front, so a few digits of ``--train-size`` could ask for
+    a terabyte, and the run would be killed, or the machine thrash, before it said why. Checked when
+    the data are made, not when a config is read: a trained model loads on a smaller machine."""
+    limit = memory_limit()
+    if limit is not None and need > limit:
+        raise ConfigError(f"{what} take about {need / 2**30:.1f} GiB, more than the {limit / 2**30:.1f} GiB of "
+                          "memory available; ask for fewer (or set TOKFORMER_MEMORY_LIMIT to the bytes they may use)")

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from tokformer import files
-from tokformer.errors import CheckpointError, ConfigError
+from tokformer.errors import CheckpointError, ConfigError, DataError
 from tokformer.runtime.distributed import Dist
 from tokformer.runtime.task import TOKENIZER_DIR
 from tokformer.store import sharded, whole
@@ -106,8 +106,8 @@ def check_tokenizer(path: Path, tokenizer_dirs: Sequence[str] = (TOKENIZER_DIR,)
     trained with: ids would silently mean other tokens. Vocabulary-size changes are also caught by
     the shape check of :func:`load_weights`; this catches same-size swaps and edits too."""
     try:
-        saved = files.loads((path / STATE_JSON).read_text(encoding="utf-8")).get(TOKENIZER_HASH)
-    except (OSError, ValueError, AttributeError) as e:
+        saved = files.loads(files.read_text(path / STATE_JSON)).get(TOKENIZER_HASH)  # never a pipe: it would block
+    except (DataError, ValueError, AttributeError) as e:
         raise damaged(path / STATE_JSON, e) from None
     run_dir = path.parent.parent
     if saved is not None and saved != tokenizer_fingerprint(run_dir, tokenizer_dirs):
@@ -133,8 +133,8 @@ def best_step(run_dir: Path) -> int | None:
     if not file.exists():
         return None
     try:
-        step = files.loads(file.read_text(encoding="utf-8"))["step"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        step = files.loads(files.read_text(file))["step"]  # never a pipe: it would block
+    except (DataError, ValueError, KeyError, TypeError) as e:
         raise damaged(file, e) from None
     if not isinstance(step, int) or isinstance(step, bool):
         raise damaged(file, f"its step is {step!r}, not a step number")

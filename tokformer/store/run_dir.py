@@ -48,14 +48,22 @@ def is_run(path: Path) -> bool:
     return isinstance(config, dict) and {"task", "train"} <= set(config)
 
 
-#: What the engine itself writes into a run directory (tasks add their tokenizer dirs and run_files).
-ENGINE_FILES = frozenset({CONFIG_FILE, "checkpoints", "best.json", "metrics.jsonl", "plots", "tensorboard"})
-
-
-def foreign_entries(run_dir: Path, task_files: set[str]) -> list[str]:
-    """Entries of ``run_dir`` that neither the engine nor the run's task writes: the user's own files."""
-    return sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()
-                  if p.name not in ENGINE_FILES | task_files)
+#: What the engine writes into a run directory, as :func:`tokformer.files.foreign_entries` patterns of
+#: paths relative to it. A folder some path goes through is the engine's too, but only what a path
+#: names inside it: ``--overwrite`` deletes a whole run, so a user's notes in ``plots/`` or
+#: ``checkpoints/`` must be found and named, not deleted with it.
+ENGINE_FILES = (
+    CONFIG_FILE, "best.json", "metrics.jsonl",
+    # a checkpoint (tokformer.store.checkpoints, whole or sharded: model, shards, manifest, training state)
+    "checkpoints/step-[0-9]*/*.safetensors", "checkpoints/step-[0-9]*/state.json",
+    "checkpoints/step-[0-9]*/manifest.json",
+    "checkpoints/.tmp-step-*/**",  # one a crash cut short (steps.remove_partial deletes it)
+    "plots/*.png", "tensorboard/events.out.tfevents.*",
+)
+#: What a task's tokenizer folders hold: what tokformer's tokenizers save (base.py's config, bpe.py's
+#: Hugging Face file, the sort task's vocabulary). A plug-in tokenizer saving other files makes
+#: ``--overwrite`` refuse and name them: never delete what may be the user's.
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "vocab.json")
 
 
 def contents(path: Path, shown: int = 3) -> str:

@@ -42,7 +42,7 @@ from torch import nn
 
 from tokformer import files
 from tokformer.atomic import fsync_dir, fsync_file
-from tokformer.errors import CheckpointError
+from tokformer.errors import CheckpointError, DataError
 from tokformer.runtime.distributed import Dist, broadcast, gather
 from tokformer.store.steps import WRITE_ERRORS, publish, temp_step_dir, write_failed
 from tokformer.store.training_state import join_tensors, param_groups_from_json, save_training_state, split_tensors
@@ -177,8 +177,8 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if not file.exists():
         raise _incomplete(path, f"no {MANIFEST} (it is written last, after every shard)")
     try:
-        manifest = files.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        manifest = files.loads(files.read_text(file))  # never a pipe: it would block
+    except (DataError, ValueError) as e:
         raise damaged(file, e) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not _is_int(
             manifest.get("format_version", 0)) or manifest.get("format_version", 0) > FORMAT_VERSION:

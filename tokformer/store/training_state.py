@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from tokformer import files
 from tokformer.atomic import fsync_file
+from tokformer.errors import DataError
 from tokformer.store.weights import damaged
 
 STATE_JSON = "state.json"
@@ -68,8 +69,8 @@ def load_training_state(directory: Path) -> dict[str, Any]:
     """The JSON + tensor training state of a checkpoint directory."""
     try:
         tensors = load_file(directory / STATE_TENSORS)
-        state = join_tensors(files.loads((directory / STATE_JSON).read_text(encoding="utf-8")), tensors)
-    except (SafetensorError, OSError, ValueError, KeyError, TypeError) as e:
+        state = join_tensors(files.loads(files.read_text(directory / STATE_JSON)), tensors)  # a pipe: refused
+    except (SafetensorError, OSError, DataError, ValueError, KeyError, TypeError) as e:
         raise damaged(directory, e) from None
     if not isinstance(state, dict):
         raise damaged(directory / STATE_JSON, "not a JSON object")
