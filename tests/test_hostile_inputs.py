@@ -467,14 +467,17 @@ def test_a_pipe_or_device_given_as_a_file_is_refused_not_read_forever(tmp_path: 
 
 @pytest.mark.parametrize(("name", "commands", "code"), [("best.json", ["predict"], 1),
                                                         ("state.json", ["predict", "resume"], 1),
+                                                        ("model.safetensors", ["predict", "resume"], 1),
+                                                        ("state.safetensors", ["resume"], 1),
                                                         ("metrics.jsonl", ["resume"], 2)])
 def test_a_pipe_in_place_of_a_run_s_file_is_one_line_not_waited_on(sort_run: Path, tmp_path: Path, named_pipe,
                                                                    name: str, commands: list[str], code: int) -> None:
-    """They were read with Path.read_text / read_bytes: a FIFO there blocked predict or a resume forever (a
-    resume reads no best.json: it writes a new one). The run's checkpoint files keep their CheckpointError
-    (exit 1); metrics.jsonl, unreadable, is refused rather than rewritten."""
+    """They were read with Path.read_text / read_bytes, or opened by safetensors: a FIFO there blocked predict
+    or a resume forever (a resume reads no best.json: it writes a new one). The run's checkpoint files keep
+    their CheckpointError (exit 1); metrics.jsonl, unreadable, is refused rather than rewritten."""
     run = fresh_copy(sort_run, tmp_path)
-    file = (steps.step_dir(run, steps.list_checkpoints(run)[-1]) if name == "state.json" else run) / name
+    in_checkpoint = name not in ("best.json", "metrics.jsonl")
+    file = (steps.step_dir(run, steps.list_checkpoints(run)[-1]) if in_checkpoint else run) / name
     file.unlink()
     named_pipe(file)
     args = {"predict": ["predict", str(run), "3 1 2"], "resume": ["train", "--resume", str(run), "--steps", "3", "-q"]}

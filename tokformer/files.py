@@ -50,13 +50,20 @@ def reading(path: str | os.PathLike) -> Iterator[Path]:
         raise file_error(path, error) from None
 
 
+def regular(path: str | os.PathLike) -> Path:
+    """``path``, unless it names a pipe, socket or device (a link is followed): a DataError naming it. For
+    a reader that opens the file itself (safetensors, networkx): a FIFO would block it for good and a
+    device (``/dev/zero``) never ends. A missing file or a folder is left to the reader to report."""
+    file = Path(path)
+    if file.exists() and not file.is_file() and not file.is_dir():
+        raise DataError(f"{path} is not a regular file (a pipe, socket or device); give a file")
+    return file
+
+
 def read_bytes(path: str | os.PathLike) -> bytes:
-    """The file's bytes, or a DataError naming it. Only regular files are read: a FIFO would block and a
-    device (``/dev/zero``) never ends."""
+    """The file's bytes, or a DataError naming it. Only regular files are read (:func:`regular`)."""
     with reading(path) as file:
-        if file.exists() and not file.is_file() and not file.is_dir():
-            raise DataError(f"{path} is not a regular file (a pipe, socket or device); give a file")
-        return file.read_bytes()
+        return regular(file).read_bytes()
 
 
 def read_text(path: str | os.PathLike) -> str:

@@ -44,7 +44,7 @@ from torch import Tensor
 
 from tokformer.atomic import staged_folder
 from tokformer.errors import CheckpointError, ConfigError, DataError
-from tokformer.files import inside, read_json
+from tokformer.files import inside, read_json, regular
 from tokformer.language_model import CausalLM
 from tokformer.runtime.registry import get_task
 from tokformer.store.budget import check_against_weights, planned_size
@@ -93,7 +93,7 @@ def read_state(folder: str | os.PathLike) -> dict[str, Tensor]:
     state: dict[str, Tensor] = {}
     for file in weight_files(Path(folder)):
         try:
-            state.update(load_file(str(file)))
+            state.update(load_file(regular(file)))
         except FileNotFoundError:
             raise DataError(f"{file}: shard named in the index is missing") from None
         except (SafetensorError, OSError) as err:

@@ -238,9 +238,9 @@ def _processes(n: Any) -> str:
 
 def _shard_meta(shard: Path) -> dict[str, Any]:
     try:
-        with safe_open(shard, framework="pt") as f:
+        with safe_open(files.regular(shard), framework="pt") as f:
             meta = files.loads((f.metadata() or {})[SHARD_META])
-    except (SafetensorError, OSError, ValueError, KeyError) as e:
+    except (SafetensorError, OSError, DataError, ValueError, KeyError) as e:
         raise damaged(shard, e) from None
     if not isinstance(meta, dict) or not isinstance(meta.get("pieces"), dict):
         raise damaged(shard, "its header describes no pieces")

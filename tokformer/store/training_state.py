@@ -68,7 +68,7 @@ def save_training_state(state: dict[str, Any], directory: Path) -> None:
 def load_training_state(directory: Path) -> dict[str, Any]:
     """The JSON + tensor training state of a checkpoint directory."""
     try:
-        tensors = load_file(directory / STATE_TENSORS)
+        tensors = load_file(files.regular(directory / STATE_TENSORS))
         state = join_tensors(files.loads(files.read_text(directory / STATE_JSON)), tensors)  # a pipe: refused
     except (SafetensorError, OSError, DataError, ValueError, KeyError, TypeError) as e:
         raise damaged(directory, e) from None

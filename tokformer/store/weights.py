@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from tokformer import files
-from tokformer.errors import CheckpointError, ConfigError
+from tokformer.errors import CheckpointError, ConfigError, DataError
 
 WEIGHTS_FILE = "model.safetensors"
 ALIASES = "tokformer.aliases"  # model.safetensors metadata: JSON {alias: name} of shared tensors
@@ -73,11 +73,11 @@ def read_model_state(directory: Path) -> dict[str, torch.Tensor]:
     """``directory/model.safetensors`` as a state dict, shared tensors under every name they had."""
     file = directory / WEIGHTS_FILE
     try:
-        state = load_file(file)
+        state = load_file(files.regular(file))
         with safe_open(file, framework="pt") as f:
             aliases = files.loads((f.metadata() or {}).get(ALIASES, "{}"))
         state.update({alias: state[name] for alias, name in aliases.items()})
-    except (SafetensorError, OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # truncated, garbage
+    except (SafetensorError, OSError, DataError, ValueError, KeyError, TypeError, AttributeError) as e:  # garbage
         raise damaged(file, e) from None
     return state
 
