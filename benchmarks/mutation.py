@@ -738,6 +738,10 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
                                              "a start of None counts from the first byte, as 0 does"),
     "tokformer.files.x_not_utf8__mutmut_19": ('column = start - (text.rfind(b"\\n", None, start) + 1) + 1',
                                               "a start of None searches from the first byte, as 0 does"),
+    **{f"tokformer.files.x__parts_match__mutmut_{n}": (
+        f"return all(fnmatch.fnmatchcase(name, part) for part, name in zip(pattern, path, {strict}))",
+        "every caller gives _parts_match two tuples of one length (a pattern's first parts and as many of a "
+        "path's), so strict only asserts it") for n, strict in ((8, "strict=None"), (11, ""), (12, "strict=False"))},
     # atomic
     "tokformer.atomic.x_fsync_file__mutmut_4": (
         "with open(path, ) as f:",
@@ -814,8 +818,12 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "plan = broadcast(_main_plan(cfg, resume, overwrite, held) if (d.is_main) or True else None, d)",
         "in one process, rank 0 is the only rank: the mutant differs on the other ranks of a process group "
         "only, which the guard tests do not start (tests/test_engine_distributed.py trains under torchrun)"),
+    "tokformer.engine.api.x__plan__mutmut_6": (
+        "refusal = None if list_checkpoints(run_dir) else _restart_refusal(run_dir, None)",
+        "_owned falls back to the new config only when the run's own cannot be resolved, and a resume has "
+        "resolved it before it plans (train refuses a saved config it cannot resolve)"),
     "tokformer.engine.api.x__requeue__mutmut_72": (
-        "foreign = runs.foreign_entries(run_dir, _owned(run_dir, None))",
+        "foreign = files.foreign_entries(run_dir, _owned(run_dir, None))",
         "_owned falls back to the new config only when the run's own cannot be resolved, and _requeue has "
         "resolved it a few lines above (a config it cannot resolve is refused before)"),
     # lock

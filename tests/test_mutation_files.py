@@ -116,7 +116,8 @@ def test_what_tokformer_writes_in_a_run_is_not_foreign(tmp_path: Path) -> None:
          "checkpoints/step-00000002/model.safetensors", "checkpoints/step-00000002/state.json",
          "checkpoints/step-00000002/state.safetensors", "checkpoints/step-00000004/shard-00001-of-00002.safetensors",
          "checkpoints/step-00000004/manifest.json", "checkpoints/.tmp-step-00000006-k2j4/model.safetensors",
-         "checkpoints/.tmp-step-00000006-k2j4/deeper/anything", "plots/loss.png", "plots/confusion.png",
+         "checkpoints/.tmp-step-00000006-k2j4/deeper/anything", "checkpoints/.tmp-step-00000008-x9/",
+         "plots/loss.png", "plots/confusion.png",
          "tensorboard/events.out.tfevents.1700000000.host.1.0", "corpus/corpus.bin",
          ".metrics.jsonl.k2j4x9.jsonl", "plots/.loss.png.k2j4x9.png", "tokenizer/.tokenizer.json.a1.json")
     assert files.foreign_entries(tmp_path, OWNED) == []
@@ -126,10 +127,12 @@ def test_the_users_files_inside_tokformers_folders_are_foreign(tmp_path: Path) -
     """``--overwrite`` deletes the whole run: notes the user put in its plots or tokenizer folder with it."""
     make(tmp_path, "plots/loss.png", "plots/my_analysis/notes.md", "plots/notes.md", "tokenizer/tokenizer.json",
          "tokenizer/my_notes.txt", "checkpoints/README", "checkpoints/step-00000002/model.safetensors",
+         "checkpoints/.tmp-step-00000004-k2j4",  # a file named like a half-written checkpoint's folder
          "checkpoints/step-00000002/notes.txt", "checkpoints/step-00000002/extra/", "corpus/mine.txt",
          "tensorboard/mine.txt", ".thesis.txt.bak", "tokenizer/sub/tokenizer.json", "classes.json/")
     assert files.foreign_entries(tmp_path, OWNED) == [
-        ".thesis.txt.bak", "checkpoints/README", "checkpoints/step-00000002/extra/",
+        ".thesis.txt.bak", "checkpoints/.tmp-step-00000004-k2j4", "checkpoints/README",
+        "checkpoints/step-00000002/extra/",
         "checkpoints/step-00000002/notes.txt", "classes.json/", "corpus/mine.txt", "plots/my_analysis/",
         "plots/notes.md", "tensorboard/mine.txt", "tokenizer/my_notes.txt", "tokenizer/sub/"]
 

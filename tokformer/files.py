@@ -183,10 +183,10 @@ def foreign_entries(folder: Path, owned: Iterable[str]) -> list[str]:
 
 
 def _covers(pattern: tuple[str, ...], path: tuple[str, ...], is_file: bool) -> bool:
-    """Whether ``pattern`` names ``path``, a file, or a folder above it with ``**``."""
+    """Whether ``pattern`` names ``path``, a file, or, ending in ``**``, a folder ``path`` is below."""
     if pattern[-1] == "**":
         head = pattern[:-1]
-        return len(path) >= len(head) and _parts_match(head, path[: len(head)])
+        return len(path) > len(head) and _parts_match(head, path[: len(head)])
     return is_file and len(path) == len(pattern) and _parts_match(pattern, path)
 
 
@@ -196,8 +196,9 @@ def _leads_into(pattern: tuple[str, ...], folder: tuple[str, ...]) -> bool:
 
 
 def _is_temporary_of(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
-    """Whether ``path`` is a temporary file written beside a file ``pattern`` names (``.NAME.XXXX``)."""
-    return (len(path) == len(pattern) and pattern[-1] != "**" and _parts_match(pattern[:-1], path[:-1])
+    """Whether ``path`` is a temporary file written beside a file ``pattern`` names (``.NAME.XXXX``); a
+    ``**`` pattern's folder holds anything, so :func:`_covers` has taken what this would match of it."""
+    return (len(path) == len(pattern) and _parts_match(pattern[:-1], path[:-1])
             and fnmatch.fnmatchcase(path[-1], f".{pattern[-1]}.*"))
 
 
