@@ -218,6 +218,10 @@ FIRST_RUNS: dict[str, tuple[int, int, int]] = {
     "bpe_files": (432, 115, 390),
     # first run and retest (2026-12-04), before QuestionOnly.save wrote through write_text_atomic: 150 mutants now
     "vqa_answers": (147, 7, 353),
+    # first run and retests (2026-12-05 09:53 UTC), before _check_out walked the tokenizer folder: 355 mutants now
+    "lm_shards": (361, 50, 401),
+    # first run and retests (2026-12-05 06:58 UTC), before k and the SignNet sizes got an upper bound: 1128 now
+    "graph_tokenizer": (1126, 24, 478),
 }
 # module -> survivors of its first run whose code was deleted since (dead code the run found)
 REMOVED_SINCE: dict[str, int] = {"kv_cache": 4}  # KVCache.static: two in __init__, two in make_caches
@@ -248,9 +252,16 @@ NOTES: dict[str, str] = {
         "Its first run took 40 minutes: each of its 60 survivors ran every checkpoint test that calls the "
         "mutated function (25-35 s each, a DDP and an FSDP full-disk test among them)."),
     "hf": (
-        "Marked (source edited since): on 2026-12-05 only its import of `staged_folder` changed, from "
-        "tokformer.store.atomic to tokformer.atomic (the module moved to the core). The 47 minutes of a rerun "
-        "were left for a later session."),
+        "Marked (source edited since): on 2026-12-05 its import of `staged_folder` changed, from "
+        "tokformer.store.atomic to tokformer.atomic (the module moved to the core), and later that day its reads "
+        "of optional JSON files and of weights went through tokformer.files (a pipe in their place is skipped or "
+        "refused, never waited on; docs/reliability.md H62-H63, with tests in tests/test_mutation_hf.py). The 47 "
+        "minutes of a rerun were left for a later session."),
+    "sharded": (
+        "Marked (source edited since): on 2026-12-05, after this run, its manifest and each shard's header are "
+        "read through tokformer.files (a pipe in their place is a damaged checkpoint, never waited on; "
+        "docs/reliability.md H63, tested in tests/test_hostile_inputs.py). The 46 minutes of a rerun were left "
+        "for a later session."),
     "run_planning": (
         "Its guard is tests/test_mutation_run_planning.py alone: every test that trains calls these functions, "
         "and would run for every mutant. The first run (248 mutants, with that file as first written) left 43: "

@@ -251,3 +251,12 @@ def test_of_several_aside_copies_the_newest_comes_back_and_the_rest_go(tmp_path:
     run_dir.recover(run)
     assert not any(copy.exists() for copy in copies)
     assert (run / "checkpoints" / ("step-00000001" if stands else "step-00000003")).is_dir()
+
+
+def test_check_data_fits_refuses_only_what_exceeds_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(budget, "memory_limit", lambda: 1000)
+    budget.check_data_fits(1000, "exactly the limit")
+    with pytest.raises(ConfigError, match=r"^1001 things take about 0\.0 GiB, more than the 0\.0 GiB"):
+        budget.check_data_fits(1001, "1001 things")
+    monkeypatch.setattr(budget, "memory_limit", lambda: None)  # unknown: nothing to check against
+    budget.check_data_fits(10**18, "anything")
