@@ -154,14 +154,14 @@ class ImageFiles(Dataset):
         return len(self.samples)
 
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
-        for offset in range(min(MAX_SKIPPED_IN_A_ROW + 1, len(self.samples))):
+        tries = min(MAX_SKIPPED_IN_A_ROW + 1, len(self.samples))
+        for offset in range(tries):
             path, label = self.samples[(i + offset) % len(self.samples)]
             try:
                 return open_image(path), label
             except DataError as err:
                 log.warning("skipping an image that cannot be decoded, for the next one: %s", err)
-        raise DataError(f"{min(MAX_SKIPPED_IN_A_ROW + 1, len(self.samples))} image files in a row, from "
-                        f"{self.samples[i][0]} on, cannot be decoded")
+        raise DataError(f"{tries} image files in a row, from {self.samples[i][0]} on, cannot be decoded")
 
 
 def readable_image(path: Path, decode: bool = False) -> bool:

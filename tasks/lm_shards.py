@@ -52,7 +52,7 @@ from tokformer.engine import (
     write_json_atomic,
 )
 from tokformer.errors import ConfigError, DataError, Interrupted
-from tokformer.files import foreign_entries, inside, read_json
+from tokformer.files import foreign_entries, inside, read_json, some_of
 from tokformer.tasks import lm_data
 from tokformer.tokenizers.base import TOKENIZER_CONFIG_FILE
 from tokformer.tokenizers.bpe import HF_FILE, BPETokenizer
@@ -213,7 +213,7 @@ def _check_out(out: Path, overwrite: bool) -> None:
         raise DataError(f"{out} already holds shards; pass --overwrite to replace them, or write elsewhere")
     foreign = foreign_entries(out, SHARDS_FOLDER)
     if foreign:  # --overwrite replaces shards, never files someone put beside or among them
-        raise DataError(f"{out} also holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which "
+        raise DataError(f"{out} also holds {some_of(foreign)}, which "
                         "tokformer did not write; move them out before --overwrite, or write the shards elsewhere")
 
 

@@ -143,3 +143,10 @@ def test_a_link_inside_a_run_is_foreign_unless_it_is_a_file_of_ours(tmp_path: Pa
     (tmp_path / "run" / "plots" / "outside").symlink_to(tmp_path / "elsewhere")  # a folder: never walked into
     (tmp_path / "run" / "plots" / "loss.png").symlink_to(tmp_path / "elsewhere" / "kept.txt")
     assert files.foreign_entries(tmp_path / "run", OWNED) == ["plots/outside/"]
+
+
+def test_some_of_shows_the_first_three_names_and_marks_more() -> None:
+    assert files.some_of(["a", "b"]) == "a, b"
+    assert files.some_of(["a", "b", "c"]) == "a, b, c"
+    assert files.some_of(["a", "b", "c", "d"]) == "a, b, c ..."
+    assert files.some_of(["a", "b"], shown=1) == "a ..."

@@ -159,6 +159,11 @@ def check_output_file(out: str | os.PathLike, *, overwrite: bool, inputs: Sequen
     return path
 
 
+def some_of(names: Sequence[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``names`` for a message, `` ...`` after them if there are more: ``a, b, c ...``."""
+    return ", ".join(names[:shown]) + (" ..." if len(names) > shown else "")
+
+
 def foreign_entries(folder: Path, owned: Iterable[str]) -> list[str]:
     """What under ``folder`` tokformer did not write: relative paths that no pattern of ``owned``
     names (``*`` within one name; a last part ``**``: a folder and all below it; a folder some pattern

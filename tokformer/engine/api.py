@@ -135,9 +135,9 @@ def _plan(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> RunDi
                                       f"{runs.contents(run_dir)}); choose another --run-dir")
         foreign = files.foreign_entries(run_dir, _owned(run_dir, cfg))
         if foreign:
-            return RunDirPlan(refusal=f"--overwrite would delete {', '.join(foreign[:3])}"
-                                      f"{' ...' if len(foreign) > 3 else ''} in {run_dir}, which tokformer did not "
-                                      "write; move them out of the run directory first, or choose another --run-dir")
+            return RunDirPlan(refusal=f"--overwrite would delete {files.some_of(foreign)} in {run_dir}, which "
+                                      "tokformer did not write; move them out of the run directory first, or choose "
+                                      "another --run-dir")
         return RunDirPlan(str(run_dir), aside=str(runs.set_aside(run_dir)))
     return _requeue(run_dir, cfg)
 
@@ -154,7 +154,7 @@ def _restart_refusal(run_dir: Path, cfg: RunConfig) -> str | None:
     foreign = files.foreign_entries(run_dir, _owned(run_dir, cfg))
     if foreign:
         return (f"--resume {run_dir}: it has no checkpoint, so the run would start again there, and it holds "
-                f"{', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which tokformer did not write; "
+                f"{files.some_of(foreign)}, which tokformer did not write; "
                 "move them out first, or choose another --run-dir")
     return None
 
@@ -208,7 +208,7 @@ def _requeue(run_dir: Path, cfg: RunConfig) -> RunDirPlan:
     foreign = files.foreign_entries(run_dir, _owned(run_dir, cfg))
     if foreign:  # a user's folder holding a copy of a run's config.json: never delete what is not ours
         return RunDirPlan(refusal=f"run directory {run_dir} holds this run's config.json but no checkpoint, and "
-                                  f"{', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which tokformer "
+                                  f"{files.some_of(foreign)}, which tokformer "
                                   "did not write; starting the run again there would delete them: move them out "
                                   "first, or choose another --run-dir")
     log.info("%s holds this run (same config) without a checkpoint: starting it again", run_dir)
