@@ -186,7 +186,7 @@ def load_graphs(source: str, *, classes: Sequence[str] | None = None, per_class:
     path = Path(source)
     if path.is_dir():
         return load_graph_directory(path, classes)
-    if path.is_file():
+    if path.exists():  # a file, or a pipe or device named as one: read_text names that
         if path.suffix.lower() != ".csv":
             raise DataError(f"{path}: a graph dataset file must be a .csv manifest (path,label)")
         return load_manifest(path, classes)

@@ -228,6 +228,38 @@ def pack_corpus(
     return meta
 
 
+def read_meta(directory: Path) -> CorpusMeta:
+    """``directory``'s corpus record, checked against ``corpus.bin`` beside it: a run's corpus is
+    memory-mapped by what the record says, so a record edited or damaged (a count that is no count, a
+    dtype that is not one we write, more ids than the file holds, a split past its end) is a DataError
+    naming it here, not a numpy error deep inside training or an empty held-out split."""
+    record = directory / META_FILE
+
+    def corrupt(why: str) -> DataError:
+        return DataError(f"{record} is not a usable corpus record ({why}); train the run again")
+
+    try:
+        meta = CorpusMeta(**files.read_json(record))
+    except TypeError as err:
+        raise corrupt(f"unexpected fields: {err}") from None
+    counts = (meta.tokens, meta.documents, meta.eval_start)
+    if not all(type(n) is int and n >= 0 for n in counts):
+        raise corrupt("a count that is not a non-negative integer")
+    if meta.dtype not in ("uint16", "uint32"):
+        raise corrupt(f"dtype {files.shown(meta.dtype)}")
+    if not isinstance(meta.sources, list) or not all(isinstance(s, str) for s in meta.sources):
+        raise corrupt("sources that are not a list of file names")
+    if not meta.documents <= meta.tokens or not meta.eval_start <= meta.tokens:
+        raise corrupt(f"{meta.documents} documents and a held-out split from id {meta.eval_start} "
+                      f"in {meta.tokens} ids")
+    ids = files.regular(directory / CORPUS_FILE)
+    size = ids.stat().st_size if ids.is_file() else None
+    if size != meta.tokens * np.dtype(meta.dtype).itemsize:
+        found = "missing" if size is None else f"{size} bytes"
+        raise corrupt(f"{CORPUS_FILE} should hold {meta.tokens} {meta.dtype} ids, found {found}")
+    return meta
+
+
 class Corpus(Protocol):
     """What windows and the unigram baseline read: ids sliced by position, and the splits.
     :class:`TokenCorpus` (one file) and :class:`~.lm_shards.ShardedCorpus` (shards) are both."""
@@ -249,10 +281,7 @@ class TokenCorpus:
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
-        try:
-            self.meta = CorpusMeta(**files.loads((self.directory / META_FILE).read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError) as err:
-            raise DataError(f"no readable packed corpus in {self.directory} ({err}); train the run again") from None
+        self.meta = read_meta(self.directory)
         self._ids: np.ndarray | None = None
 
     @property

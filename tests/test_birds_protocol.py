@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 from torch import nn
 
 from tokformer.cli import main
-from tokformer.errors import UsageError
+from tokformer.errors import DataError, UsageError
 from tokformer.tasks.birds import experiment, run_experiment
 from tokformer.tasks.birds.data import generate
 from tokformer.tasks.birds.design import oracle_accuracies
@@ -160,6 +161,95 @@ def test_a_resumed_first_seed_model_is_the_one_that_was_trained(tmp_path: Path) 
     resumed = experiment.run_sweep(one, out=out).models[("mlp", "count")]
     for (name, a), b in zip(trained.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+ONE_MODEL = BirdsConfig(**{**SWEEP.__dict__, "models": ("mlp",), "seeds": (0,)})
+
+
+@pytest.fixture(scope="module")
+def one_model_sweep(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("birds") / "sweep"
+    experiment.run_sweep(ONE_MODEL, out=out)
+    return out
+
+
+def _copy_of(sweep: Path, tmp_path: Path) -> Path:
+    shutil.copytree(sweep, tmp_path / "sweep")
+    return tmp_path / "sweep"
+
+
+def _retrained(out: Path, monkeypatch) -> list[tuple[str, str, int]]:
+    """The runs a resumed sweep in ``out`` trains again."""
+    trained, real_train = [], experiment.train_model
+
+    def train(name, task, cfg, seed, **options):
+        trained.append((name, task, seed))
+        return real_train(name, task, cfg, seed, **options)
+
+    monkeypatch.setattr(experiment, "train_model", train)
+    experiment.run_sweep(ONE_MODEL, out=out)
+    return trained
+
+
+@pytest.mark.parametrize("record, error", [("pipe", "is not a regular file"), ("[" * 100_000, "nested too deeply"),
+                                           ("[1]", "not a birds sweep record"), ("\x80", "is not UTF-8 text")])
+def test_a_sweep_record_that_is_a_pipe_or_no_json_object_is_refused_in_one_line(
+        one_model_sweep: Path, tmp_path: Path, named_pipe, record: str, error: str) -> None:
+    """sweep.json was read with Path.read_text and json.loads: a pipe blocked `tokformer birds` for good; JSON
+    nested too deeply, a list, or bytes that are not UTF-8 were a RecursionError, AttributeError or
+    UnicodeDecodeError traceback."""
+    out = _copy_of(one_model_sweep, tmp_path)
+    (out / "sweep.json").unlink()
+    named_pipe(out / "sweep.json") if record == "pipe" else (out / "sweep.json").write_bytes(record.encode("latin-1"))
+    with pytest.raises((DataError, UsageError), match=f"{out / 'sweep.json'}.*{error}"):
+        experiment.run_sweep(ONE_MODEL, out=out)
+
+
+def test_runs_log_lines_that_record_no_run_are_trained_again(one_model_sweep: Path, tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """A line of bytes that are not UTF-8, JSON nested too deeply, or a run whose fields have the wrong types
+    (an accuracy "x" reached the report's mean: a numpy TypeError) records no run: those runs are trained
+    again, the others are kept."""
+    out = _copy_of(one_model_sweep, tmp_path)
+    count, compare = (out / "runs.jsonl").read_text().splitlines()
+    assert json.loads(count)["task"] == "count"
+    for bad in (b"\x80\xff", b"[" * 100_000, json.dumps({**json.loads(compare), "accuracy": "x"}).encode(),
+                json.dumps({**json.loads(compare), "curve": [[1, None]]}).encode(),
+                json.dumps({**json.loads(compare), "seed": True}).encode()):
+        (out / "runs.jsonl").write_bytes(count.encode() + b"\n" + bad + b"\n")
+        assert _retrained(out, monkeypatch) == [("mlp", "compare", 0)], bad[:40]
+        shutil.rmtree(out)
+        out = _copy_of(one_model_sweep, tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "pipe", "another model's weights"])
+def test_a_saved_model_that_cannot_be_read_back_is_trained_again(one_model_sweep: Path, tmp_path: Path, named_pipe,
+                                                                 monkeypatch, caplog, damage: str) -> None:
+    """A resumed sweep loads its first seed's saved models for the analysis: a damaged one was a SafetensorError
+    or a load_state_dict traceback, and a pipe in its place blocked the sweep for good."""
+    out = _copy_of(one_model_sweep, tmp_path)
+    saved = out / experiment.MODELS_DIR / "mlp-compare.safetensors"
+    saved.unlink()
+    if damage == "garbage":
+        saved.write_bytes(b"not a safetensors file")
+    elif damage == "pipe":
+        named_pipe(saved)
+    else:  # the counting model: another number of outputs
+        shutil.copy(out / experiment.MODELS_DIR / "mlp-count.safetensors", saved)
+    assert _retrained(out, monkeypatch) == [("mlp", "compare", 0)]
+    assert f"{saved}" in caplog.text and "training mlp on compare again" in caplog.text
+    assert _retrained(out, monkeypatch) == [], "the model saved in its place is read back"
+
+
+def test_a_runs_log_or_last_report_that_is_a_pipe_is_not_waited_on(one_model_sweep: Path, tmp_path: Path,
+                                                                   named_pipe) -> None:
+    out = _copy_of(one_model_sweep, tmp_path)
+    (out / "runs.jsonl").unlink()
+    named_pipe(out / "runs.jsonl")
+    with pytest.raises(DataError, match=f"{out / 'runs.jsonl'} is not a regular file"):
+        experiment.run_sweep(ONE_MODEL, out=out)
+    named_pipe(out / "results.json")  # the time the sweep took before: unknown, so not counted
+    assert experiment._elapsed_before(out) == 0.0
 
 
 def test_a_sweeps_saved_models_get_the_permissions_a_plain_write_would(tmp_path: Path) -> None:

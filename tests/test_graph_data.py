@@ -128,6 +128,9 @@ def test_a_pipe_named_like_a_graph_file_is_refused_by_name_not_waited_on(tmp_pat
     manifest.write_text(f"path,label\nring/a.graphml,ring\nring/pipe{suffix},ring\n")
     with pytest.raises(DataError, match=f"^{pipe} is not a regular file"):
         load_graphs(str(manifest))
+    manifest_pipe = named_pipe(tmp_path / "pipe.csv")  # the manifest itself: it was "not an existing path"
+    with pytest.raises(DataError, match=f"^{manifest_pipe} is not a regular file"):
+        load_graphs(str(manifest_pipe))
 
 
 def test_manifest_paths_that_leave_its_folder_are_refused_unread(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -170,6 +171,18 @@ def test_a_users_file_by_the_lock_files_name_is_refused_and_kept(tmp_path: Path,
     assert (tmp_path / ".run.lock").read_bytes() == content and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_users_fifo_or_folder_by_the_lock_files_name_is_refused_and_kept(tmp_path: Path, kind: str,
+                                                                           named_pipe) -> None:
+    """A FIFO there was taken for an empty lock file: truncating it failed (`Error: [Errno 22] Invalid
+    argument`, exit 1) and the lock's cleanup deleted it. A folder there was `Error: Is a directory`."""
+    held = tmp_path / ".run.lock"
+    named_pipe(held) if kind == "fifo" else held.mkdir()
+    line = one_line_error(CliRunner().invoke(main, ["train", "sort", "--run-dir", str(tmp_path / "run"), *SORT]))
+    assert f"{held} is not a tokformer lock file" in line
+    assert (held.is_fifo() if kind == "fifo" else held.is_dir()) and not (tmp_path / "run").exists()
+
+
 def test_a_lock_file_named_by_a_link_is_not_followed(tmp_path: Path) -> None:
     (tmp_path / "notes").write_bytes(b"")
     (tmp_path / ".run.lock").symlink_to(tmp_path / "notes")
@@ -287,7 +300,8 @@ def test_a_sharded_manifest_with_bad_fields_is_damaged_and_resume_falls_back(tmp
         named_pipe(manifest_file)
     else:
         manifest_file.write_text(json.dumps(manifest))
-    with pytest.raises(CheckpointError, match="manifest.json is damaged"):
+    named = "is not a regular file" if edit == "a pipe" else "is damaged"
+    with pytest.raises(CheckpointError, match=f"^checkpoint file {re.escape(str(manifest_file))} {named}"):
         load_run(run, checkpoint="latest")
     result = train(resume=str(run), steps=6, quiet=True)  # falls back to step 2 and trains on
     assert result.step == 6
@@ -484,6 +498,8 @@ def test_a_pipe_in_place_of_a_run_s_file_is_one_line_not_waited_on(sort_run: Pat
     for command in commands:
         line = one_line_error(CliRunner().invoke(main, args[command]), code)
         assert f"{file} is not a regular file" in line, command
+        assert line.count(str(file)) == 1, f"{command}: the path is said once ({line})"
+        assert line.startswith("Error: checkpoint file ") == (code == 1), command  # a CheckpointError
 
 
 def test_a_pipe_in_place_of_the_best_checkpoint_s_state_is_named_when_training_reports(tmp_path: Path,

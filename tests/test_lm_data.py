@@ -1,7 +1,9 @@
 """Corpus reading, packing with separators, the memory-mapped id file and the unigram baseline."""
 
+import json
 import math
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -36,6 +38,50 @@ def test_a_corpus_whose_packing_failed_half_way_is_not_taken_for_a_packed_one(tm
         pack(tmp_path, ["ab", "cde"])
     assert not (tmp_path / "c" / lm_data.META_FILE).exists()
     assert [p.name for p in (tmp_path / "c").iterdir()] == [lm_data.CORPUS_FILE], "no temporary file is left"
+
+
+@pytest.mark.parametrize("edit, why", [
+    ({"tokens": 100}, "should hold 100 uint16 ids, found 24 bytes"),  # more ids than the file: numpy's mmap error
+    ({"tokens": 11}, "should hold 11 uint16 ids, found 24 bytes"),
+    ({"tokens": -5}, "not a non-negative integer"),
+    ({"tokens": "10"}, "not a non-negative integer"),  # a TypeError in the split arithmetic
+    ({"documents": 1.5}, "not a non-negative integer"),
+    ({"eval_start": 13}, "held-out split from id 13 in 12 ids"),  # an empty held-out split
+    ({"eval_start": -3}, "not a non-negative integer"),  # windows of another length: a torch.stack error
+    ({"dtype": "float64"}, "dtype 'float64'"),  # 8-byte ids of no vocabulary
+    ({"dtype": "nope"}, "dtype 'nope'"),  # numpy's 'data type not understood'
+    ({"sources": "a.txt"}, "sources that are not a list"),
+    ({"extra": 1}, "unexpected fields"),
+])
+def test_a_damaged_corpus_record_is_named_before_the_ids_are_mapped(tmp_path, edit, why):
+    """A run's corpus is memory-mapped by what corpus.json says; an edited or damaged record was a numpy or
+    torch error deep inside `evaluate` or a resumed `train` (`internal error: ValueError: mmap length is
+    greater than file size`), or an empty split. Now one DataError naming the record and what is wrong."""
+    pack(tmp_path, ["ab", "cde", "fghi"])
+    record = tmp_path / "c" / lm_data.META_FILE
+    record.write_text(json.dumps({**json.loads(record.read_text()), **edit}))
+    with pytest.raises(DataError, match=f"{record} is not a usable corpus record .*{re.escape(why)}"):
+        lm_data.TokenCorpus(tmp_path / "c")
+
+
+def test_a_corpus_record_that_is_no_object_or_ids_that_are_no_file_are_named(tmp_path, named_pipe):
+    pack(tmp_path, ["ab", "cde"])
+    record, ids = tmp_path / "c" / lm_data.META_FILE, tmp_path / "c" / lm_data.CORPUS_FILE
+    kept = record.read_text()
+    record.write_text("[1, 2]")
+    with pytest.raises(DataError, match="not a usable corpus record .*unexpected fields"):
+        lm_data.TokenCorpus(tmp_path / "c")
+    record.write_text(kept)
+    ids.unlink()
+    with pytest.raises(DataError, match="corpus.bin should hold 7 uint16 ids, found missing"):
+        lm_data.TokenCorpus(tmp_path / "c")
+    named_pipe(ids)  # a FIFO in place of the ids: refused, not mapped (numpy cannot map one)
+    with pytest.raises(DataError, match=f"{ids} is not a regular file"):
+        lm_data.TokenCorpus(tmp_path / "c")
+    record.unlink()
+    named_pipe(record)  # read with Path.read_text, it blocked for good
+    with pytest.raises(DataError, match=f"{record} is not a regular file"):
+        lm_data.TokenCorpus(tmp_path / "c")
 
 
 def test_single_document_is_split_inside_it(tmp_path):

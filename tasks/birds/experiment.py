@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import shutil
 import tempfile
 import time
@@ -24,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from tokformer import files
 from tokformer.engine import (
     LOGGER,
     hold_lock,
@@ -37,7 +40,7 @@ from tokformer.engine import (
     write_atomic,
     write_text_atomic,
 )
-from tokformer.errors import UsageError
+from tokformer.errors import DataError, UsageError
 from tokformer.machine import snapshot
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
 from tokformer.tasks.birds.models import build_model, parse_spec
@@ -290,10 +293,9 @@ def finished_runs(out: Path, cfg: BirdsConfig) -> list[RunResult]:
         if out.exists() and any(out.iterdir()):
             raise UsageError(f"{out} is not empty and holds no birds sweep; choose another --out")
         return []
-    try:
-        previous = json.loads(record.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise UsageError(f"{record} cannot be read ({error}); choose another --out") from None
+    previous = files.read_json(record)  # a pipe, binary or JSON nested too deeply: one line naming it
+    if not isinstance(previous, dict):
+        raise UsageError(f"{record} is not a birds sweep record (not a JSON object); choose another --out")
     wanted = _config_record(cfg)
     differs = sorted(k for k in wanted.keys() | previous.keys() if previous.get(k) != wanted.get(k))
     if "models" in differs and set(differs) <= {"models", "per_family"} and _only_adds_models(previous, wanted):
@@ -303,15 +305,51 @@ def finished_runs(out: Path, cfg: BirdsConfig) -> list[RunResult]:
         raise UsageError(f"{out} holds a birds sweep of another configuration ({shown}); choose another --out, "
                          "or delete it to start over")
     done: dict[tuple[str, str, int], RunResult] = {}
-    lines = (out / RUNS_LOG).read_text().splitlines() if (out / RUNS_LOG).exists() else []
-    for line in lines:
-        try:
-            run = RunResult(**json.loads(line))
-        except (json.JSONDecodeError, TypeError):
-            continue  # a line cut short by a crash: that run is redone
+    lines = files.read_bytes(out / RUNS_LOG).splitlines() if (out / RUNS_LOG).exists() else []
+    for run in filter(None, map(_logged_run, lines)):
         if run.seed != cfg.seeds[0] or _model_path(out, run.model, run.task).exists():
             done[(run.model, run.task, run.seed)] = run
     return list(done.values())
+
+
+def _logged_run(line: bytes) -> RunResult | None:
+    """The run a ``runs.jsonl`` line records, or None for a line that records none: one cut short by a
+    crash, or edited into something else (a field of the wrong type would reach the report's means).
+    That run is trained again."""
+    try:
+        run = RunResult(**files.loads(line))
+    except (ValueError, TypeError):  # not JSON (bytes that are not UTF-8 included), or not a run's fields
+        return None
+    scores = [run.accuracy, run.train_seconds, *([] if run.accuracy_second is None else [run.accuracy_second])]
+    curve = run.curve if isinstance(run.curve, list) else [None]
+    fields_fit = (isinstance(run.model, str) and isinstance(run.task, str) and _is_count(run.seed)
+                  and _is_count(run.parameters) and isinstance(run.machine, (dict, type(None)))
+                  and all(isinstance(point, list) and len(point) == 2 and _is_count(point[0]) for point in curve)
+                  and all(_is_number(x) for x in scores + [point[1] for point in curve]))
+    return run if fields_fit else None
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _saved_model(out: Path, name: str, task: str, cfg: BirdsConfig) -> nn.Module | None:
+    """The first seed's model a sweep saved, read back; None, with a warning, when it cannot be (a damaged
+    file, a pipe in its place, another model's weights): that run is then trained again."""
+    path = _model_path(out, name, task)
+    model = build_model(name, _n_outputs(task, cfg), cfg.image_size, token_norm=cfg.token_norm)
+    try:
+        model.load_state_dict(load_file(files.regular(path)))
+    except (DataError, SafetensorError, OSError, RuntimeError) as error:  # RuntimeError: keys or shapes differ
+        first_line = str(error).splitlines()[0]
+        why = first_line if isinstance(error, DataError) else f"{path} cannot be read back ({first_line})"
+        log.warning("%s: training %s on %s again", why, name, task)  # a DataError names the file itself
+        return None
+    return model.eval()
 
 
 def _only_adds_models(previous: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -352,13 +390,13 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
             second = make_split(cfg, task, seed, "test", cfg.n_test, cfg.second_size) if cfg.second_size else None
             sweep.test_sets.setdefault(task, test)
             for name in cfg.models:
-                if (name, task, seed) in done:
+                first_seed = seed == cfg.seeds[0]  # its model is kept for the analysis
+                saved = _saved_model(out, name, task, cfg) if first_seed and (name, task, seed) in done else None
+                if (name, task, seed) in done and (saved is not None or not first_seed):
                     sweep.results.append(done[(name, task, seed)])
                     shutil.rmtree(out / TRAINING_DIR / f"{name}-{task}-seed{seed}", ignore_errors=True)  # recorded
-                    if seed == cfg.seeds[0]:
-                        model = build_model(name, _n_outputs(task, cfg), cfg.image_size, token_norm=cfg.token_norm)
-                        model.load_state_dict(load_file(_model_path(out, name, task)))
-                        sweep.models[(name, task)] = model.eval()
+                    if saved is not None:
+                        sweep.models[(name, task)] = saved
                     if progress_bar is not None:
                         progress_bar.update(1)
                     continue
@@ -396,8 +434,8 @@ def _elapsed_before(out: Path) -> float:
     a new sweep): a resumed sweep's report counts them too (the minutes after that report, if a crash
     came later, are not known)."""
     try:
-        elapsed = json.loads((out / "results.json").read_text()).get("elapsed_seconds", 0.0)
-    except (OSError, ValueError, AttributeError):
+        elapsed = files.read_json(out / "results.json").get("elapsed_seconds", 0.0)  # never a pipe: it would block
+    except (DataError, AttributeError):
         return 0.0
     return float(elapsed) if isinstance(elapsed, (int, float)) and elapsed >= 0 else 0.0
 

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,8 +42,16 @@ def hold(directory: str | os.PathLike, command: str) -> Iterator[None]:
     process that holds it."""
     path = lock_file(Path(directory))
     path.parent.mkdir(parents=True, exist_ok=True)
+    not_ours = ConfigError(f"{path} is not a tokformer lock file, but tokformer guards {directory} with that "
+                           "name: move it away, or choose another directory")
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # a link's target is not ours
+        try:  # O_NONBLOCK: a FIFO of the user's by that name must not block the open
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)  # nor a link be followed
+        except IsADirectoryError:
+            raise not_ours from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, socket or device: never truncated or deleted
+            os.close(fd)
+            raise not_ours
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -54,8 +63,7 @@ def hold(directory: str | os.PathLike, command: str) -> Iterator[None]:
         os.close(fd)
     if not _is_lock_record(fd):  # a file of the user's by that name: never truncated or deleted
         os.close(fd)
-        raise ConfigError(f"{path} is not a tokformer lock file, but tokformer guards {directory} with that "
-                          "name: move it away, or choose another directory")
+        raise not_ours
     guarded = Path(directory).absolute()
     for stale in staging_folders(guarded):  # a killed holder's; only a holder knows
         shutil.rmtree(stale, ignore_errors=True)  # that they are no running build's

@@ -25,7 +25,11 @@ ALIASES = "tokformer.aliases"  # model.safetensors metadata: JSON {alias: name} 
 
 
 def damaged(file: Path, error: Exception | str) -> CheckpointError:
-    """The one-line error for a weights or state file that cannot be read, and why."""
+    """The one-line error for a weights or state file that cannot be read, and why. A DataError of
+    :mod:`tokformer.files` (a pipe, a missing file, bytes that are not UTF-8) already names the file it
+    could not read, so its message is the reason whole, and the path is said once."""
+    if isinstance(error, DataError):
+        return CheckpointError(f"checkpoint file {error}")
     return CheckpointError(f"checkpoint file {file} is damaged or not a tokformer checkpoint ({error})")
 
 
