@@ -21,6 +21,7 @@ import click
 # Only light imports here: `tokformer --help` must answer without loading torch or the
 # engine, so every command imports what it runs inside its own body.
 from tokformer.errors import ConfigError, DataError, TokformerError
+from tokformer.machine import MAX_WORKERS
 
 # OSErrors whose fix is in the user's hands: a path that is missing, unreadable or of the wrong kind.
 USER_PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
@@ -690,7 +691,8 @@ def data_prepare() -> None:
 @click.option("--data-seed", type=int, default=None,
               help="Seed of the document order [default: the lm task's data_seed].")
 @click.option("--shard-tokens", type=POSITIVE, default=None, help="Tokens per shard file [default: 100000000].")
-@click.option("--workers", type=POSITIVE, default=None, help="Tokenizing processes [default: every core].")
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None,
+              help="Tokenizing processes [default: every core].")
 @click.option("--overwrite", is_flag=True, help="Replace the shards already in --out.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or info lines.")
 def data_prepare_lm(source: str, out: str, tokenizer: str | None, vocab_size: int | None,

@@ -11,10 +11,12 @@ top-1 ``accuracy`` and ``top5``; every full evaluation pass also writes
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,15 +27,17 @@ from torch.utils.data import Dataset
 from tokformer import files
 from tokformer.batch import TokenBatch
 from tokformer.classifier import EncoderClassifier
-from tokformer.config import BlockOptions, TransformerConfig
+from tokformer.config import MAX_LAYERS, BlockOptions, TransformerConfig
 from tokformer.engine import (
     TOKENIZER_DIR,
     Dist,
     Predictor,
     StepOutput,
     Task,
+    check_against_weights,
     help_text,
     load,
+    planned_size,
     read_json_object,
     register_task,
     save_figure,
@@ -183,7 +187,7 @@ class ClassifyTask(Task):
     def eval_dataset(self) -> Dataset:
         if self._eval_set is None:
             _, self._eval_set = self._datasets()
-        return image_data.Augmented(self._eval_set, image_data.to_rgb)
+        return image_data.Augmented(self._eval_set, self._eval_transform())
 
     @property
     def user_data(self) -> bool:
@@ -194,7 +198,12 @@ class ClassifyTask(Task):
         samples, _ = image_data.scan_folder(Path(data), self.classes)
         if not samples:
             raise DataError(f"{data} holds no images of the classes {', '.join(self.classes[:5])}...")
-        return image_data.Augmented(image_data.ImageFiles(samples, self.classes), image_data.to_rgb)
+        return image_data.Augmented(image_data.ImageFiles(samples, self.classes), self._eval_transform())
+
+    def _eval_transform(self) -> Any:
+        """Each image resized to the tokenizer's size as it is read (it would be, batched: in full first)."""
+        tokenizer = self.tokenizer
+        return image_data.eval_transform(tokenizer.image_size if tokenizer.resize else None, tokenizer.interpolation)
 
     def baselines(self, eval_set: Dataset) -> dict[str, dict[str, float]]:
         """The majority class and a logistic regression on raw pixels, both of the training split
@@ -421,9 +430,14 @@ def _timm_model(path: Path, config: dict[str, Any], state: dict[str, Tensor]) ->
     if not isinstance(name, str) or not timm.is_model(name):
         return None
     headless = "head.weight" not in state  # a feature checkpoint: our head is trained anyway
+    build = partial(timm.create_model, name, pretrained=False,
+                    num_classes=1 if headless else state["head.weight"].shape[0], **_model_args(path, config))
     try:
-        model = timm.create_model(name, pretrained=False, num_classes=1 if headless else state["head.weight"].shape[0],
-                                  **(config.get("model_args") or {}))
+        # sized on the meta device first: a few bytes of model_args (img_size 100000, depth 100000) ask for
+        # tens of GB, which the weights beside them cannot hold
+        weights = path if path.is_file() else _timm_weights_file(path)
+        check_against_weights(planned_size(build), [weights], f"init_from {path}: config.json")
+        model = build()
         missing, unexpected = model.load_state_dict(state, strict=False)
     except (RuntimeError, TypeError, ValueError) as err:
         raise ConfigError(f"init_from {path}: its weights do not fit timm's {name} "
@@ -432,6 +446,28 @@ def _timm_model(path: Path, config: dict[str, Any], state: dict[str, Tensor]) ->
         raise ConfigError(f"init_from {path}: its weights do not fit timm's {name} (missing {sorted(missing)[:3]}, "
                           f"unexpected {sorted(unexpected)[:3]})")
     return model.eval()
+
+
+def _model_args(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """A hub folder's ``model_args``: architecture options, passed to ``timm.create_model``. Never its own
+    options (``checkpoint_path``, ``pretrained_cfg``, ``cache_dir``, ...): those name files to read or a
+    download, and a file in a folder never names what else on the machine is read (timm read
+    ``checkpoint_path: /etc/passwd``)."""
+    import timm
+
+    args = config.get("model_args") or {}
+    if not isinstance(args, dict):
+        raise ConfigError(f"init_from {path}: config.json's model_args must be an object, got {files.shown(args)}")
+    own = set(inspect.signature(timm.create_model).parameters) - {"model_name", "kwargs"}
+    if own & set(args):
+        raise ConfigError(f"init_from {path}: config.json's model_args.{sorted(own & set(args))[0]} is not an "
+                          f"architecture option but one of timm.create_model's own ({', '.join(sorted(own))}); "
+                          "remove it")
+    # even on the meta device each block is Python objects: depth 100000 took gigabytes before any check
+    if not isinstance(args.get("depth", 0), int) or args.get("depth", 0) > MAX_LAYERS:
+        raise ConfigError(f"init_from {path}: config.json's model_args.depth must be a number of blocks up to "
+                          f"{MAX_LAYERS}, got {files.shown(args['depth'])}")
+    return args
 
 
 def _timm_weights_file(folder: Path) -> Path:

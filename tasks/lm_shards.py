@@ -42,6 +42,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from tokformer import machine
 from tokformer.engine import (
     LOGGER,
     TOKENIZER_DIR,
@@ -301,7 +302,8 @@ def _encoded(paths: list[Path], tokenizer: BPETokenizer, workers: int,
     """Each file's ids (None: skipped) in ``paths`` order, whatever the number of ``workers``:
     the output depends on the files, never on which process encoded which. Raises
     Interrupted (a KeyboardInterrupt) once ``stopped()`` says a stop was requested."""
-    if workers == 1:
+    workers = min(workers, len(paths))  # a process per file at most: one more would only wait
+    if workers <= 1:
         _use_tokenizer(tokenizer)
         for path in paths:
             if stopped():
@@ -324,11 +326,6 @@ def _encoded(paths: list[Path], tokenizer: BPETokenizer, workers: int,
         pool.shutdown(wait=False, cancel_futures=True)  # a worker finishes its document, then exits
 
 
-def default_workers() -> int:
-    """The cores this process may run on (its CPU affinity where the OS has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def prepare_lm(data: str, out: str | os.PathLike, *, tokenizer: str | os.PathLike | None = None,
                vocab_size: int = lm_data.VOCAB_SIZE, tokenizer_chars: int = lm_data.TOKENIZER_CHARS,
                data_seed: int = lm_data.DATA_SEED, stdlib_bytes: int = lm_data.STDLIB_BYTES,
@@ -344,9 +341,9 @@ def prepare_lm(data: str, out: str | os.PathLike, *, tokenizer: str | os.PathLik
     ``tokformer train lm --data DATA`` would pack. Files are encoded on ``workers`` processes
     (default: every core); the shards are byte-identical for any number of workers.
     """
-    workers = default_workers() if workers is None else workers
-    if workers < 1:
-        raise ConfigError(f"workers must be at least 1, got {workers}")
+    workers = machine.cores() if workers is None else workers
+    if not 1 <= workers <= machine.MAX_WORKERS:
+        raise ConfigError(f"workers must be between 1 and {machine.MAX_WORKERS}, got {workers}")
     with hold_lock(Path(out), "tokformer data prepare lm"):  # one writer per output folder
         return _prepare(data, Path(out), tokenizer, vocab_size, tokenizer_chars, data_seed, stdlib_bytes,
                         shard_tokens, workers, overwrite, show_progress)

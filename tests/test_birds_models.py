@@ -56,8 +56,10 @@ def test_parse_spec_rejects_unknown_names() -> None:
     for bad in ("pool", "mixer", "transformer-d2", "mlp-l2"):
         with pytest.raises(ValueError, match="takes a depth"):
             parse_spec(bad)
-    with pytest.raises(ValueError, match="at least 1"):
-        parse_spec("transformer-l2-x0")
+    for bad in ("transformer-l2-x0", "pool-d0", "pool-d1025", "transformer-l2-x1001"):  # the caps: no end of
+        with pytest.raises(ValueError, match=r"the depth must be 1\.\.1024 and the step multiple 1\.\.1000"):
+            parse_spec(bad)  # memory or time past them
+    assert (parse_spec("pool-d1024").depth, parse_spec("transformer-l2-x1000").budget) == (1024, 1000)
 
 
 def test_lpos_names_a_token_model_with_learned_positions_and_its_own_calibration() -> None:

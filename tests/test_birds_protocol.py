@@ -357,6 +357,34 @@ def test_a_sweep_without_the_comparison_is_refused_before_it_trains(tmp_path: Pa
     assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.parametrize("options, refused", [
+    (["--seeds", "-1"], "seeds must be integers in [0, 2**32), got [-1]"),
+    (["--seeds", "99999999999999999999"], "seeds must be integers in [0, 2**32)"),
+    (["--seeds", "0,0"], "seed 0 is given twice"),
+    (["--models", "transformer-l100000"], "the depth must be 1..1024"),
+    (["--models", "pool-d100000"], "the depth must be 1..1024"),
+    (["--models", "pool-d1-x100000"], "the step multiple 1..1000"),
+])
+def test_seeds_and_models_that_cannot_run_or_repeat_are_refused_before_the_folder_is_made(
+        tmp_path: Path, options: list[str], refused: str) -> None:
+    """`--seeds -1` (or 2**70, or a 100,000-layer Transformer) was an internal error after sweep.json was
+    written, and the folder then refused every other sweep ("holds a birds sweep of another configuration");
+    `--seeds 0,0` trained one seed twice and reported a spread of 0.000 over it; a CNN's depth had no cap."""
+    out = tmp_path / "report"
+    result = CliRunner().invoke(main, ["birds", "--quick", "-q", "-o", str(out), *options])
+    assert result.exit_code == 2 and refused in result.output and "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_a_config_that_names_a_model_twice_is_refused_before_the_folder_is_made(tmp_path: Path) -> None:
+    """``--models a,a`` is read as ``a`` once; a config given whole (the library) is not rewritten, so it is
+    refused: the model's runs would be written twice into one sweep."""
+    twice = BirdsConfig(**{**ONE_MODEL.__dict__, "models": ("mlp", "mlp")})
+    with pytest.raises(UsageError, match="model mlp is given twice"):
+        run_experiment(tmp_path / "report", config=twice, quiet=True)
+    assert not (tmp_path / "report").exists()
+
+
 def test_the_cli_says_a_refused_folder_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("mine")
     result = CliRunner().invoke(main, ["birds", "--quick", "--out", str(tmp_path)])

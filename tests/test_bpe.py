@@ -89,6 +89,19 @@ def test_parallel_encoding_equals_serial(tok):
     assert [i for _, chunk in tok.iter_encode(big, chunk_chars=100) for i in chunk] == tok.encode(big)
 
 
+def test_a_worker_count_past_the_cap_is_refused_and_a_batch_forks_no_more_workers_than_texts(tok):
+    """encode_batch(["a"] * 3, num_workers=10000) forked 10,000 processes for three texts."""
+    with pytest.raises(TokenizerError, match="num_workers must be between 1 and 64, got 65"):
+        tok.encode_batch(["a"] * 3, num_workers=65)
+    with pytest.raises(TokenizerError, match="num_workers must be between 1 and 64, got 65"):
+        tok.encode("a", num_workers=65)
+    try:
+        assert tok.encode_batch(["ab", "cd"], num_workers=64) == [tok.encode("ab"), tok.encode("cd")]
+        assert tok._executor is not None and tok._executor[0] == 2
+    finally:
+        tok.close()
+
+
 def test_batch_pads_masks_and_numbers_positions(tok):
     batch = tok.batch(["the cat", "the cat sat on the mat", ""])
     lengths = [len(tok.encode(t)) for t in ["the cat", "the cat sat on the mat", ""]]

@@ -14,9 +14,10 @@ from PIL import Image
 from tokformer.cli import main
 from tokformer.engine import load_run, train
 from tokformer.errors import DataError
+from tokformer.runtime.distributed import local
 from tokformer.store import steps
 from tokformer.tasks.classify import ClassifyConfig, ClassifyTask, predict
-from tokformer.tasks.image_data import make_shapes
+from tokformer.tasks.image_data import make_shapes, to_rgb
 
 TINY_MODEL = {"d_model": 16, "n_heads": 2, "n_layers": 1, "patch_size": 8, "image_size": 16}
 TINY_TRAIN = {"steps": 3, "batch_size": 8, "eval_every": 3, "warmup_steps": 1, "train.device": "cpu"}
@@ -151,6 +152,28 @@ def test_train_and_val_subfolders(tmp_path):
     assert len(task.train_dataset()) == 12 and len(task.eval_dataset()) == 4
     image, label = task.eval_dataset()[0]
     assert image.dtype == torch.uint8 and image.shape[0] == 3 and label == 0
+
+
+def test_large_images_are_evaluated_at_the_models_size_as_they_are_read(tmp_path):
+    """An evaluation batch (`evaluate --data`, a folder's held-out split) was stacked at the files' size and
+    made float before the tokenizer resized it: 32 PNGs of 5700x5700 pixels (3 MB on disk) asked for
+    12.5 GB. Each image is now resized as it is read, with the tokenizer's interpolation (timm's eval
+    transform does the same), so a batch is batch x image_size^2 whatever the files, and its tokens are
+    the ones the tokenizer made of the whole image, to one step of a uint8 pixel (the resize rounds and clips)."""
+    rows, cols = np.mgrid[0:600, 0:900]
+    for c, name in enumerate(("cat", "dog")):
+        for i in range(2):
+            (tmp_path / "d" / name).mkdir(parents=True, exist_ok=True)
+            smooth = np.stack([(rows * (1 + c + i) + cols) % 256, cols % 256, rows % 256], -1).astype(np.uint8)
+            Image.fromarray(smooth).save(tmp_path / "d" / name / f"{i}.png")
+    task = ClassifyTask(ClassifyConfig(data=str(tmp_path / "d"), val_fraction=0.5, **TINY_MODEL))
+    for dataset in (task.eval_dataset(), task.eval_data(str(tmp_path / "d"), tmp_path, local("cpu"))):
+        image, _ = dataset[0]
+        assert image.shape == (3, 16, 16) and image.dtype == torch.uint8
+    read, _ = task.eval_data(str(tmp_path / "d"), tmp_path, local("cpu"))[0]
+    whole = to_rgb(Image.open(tmp_path / "d" / "cat" / "0.png"))  # [3, 600, 900]: the tokenizer resizes it
+    torch.testing.assert_close(task.tokenizer.batch([read]).features, task.tokenizer.batch([whole]).features,
+                               atol=1 / 255 / min(task.tokenizer.std), rtol=0)  # one uint8 step
 
 
 def test_mixup_gives_smoothed_soft_targets():

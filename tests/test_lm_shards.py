@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from tokformer.cli import main
 from tokformer.errors import ConfigError, DataError
 from tokformer.runtime.distributed import local
 from tokformer.tasks import lm_data, lm_shards
@@ -93,6 +95,27 @@ def test_prepared_shards_hold_exactly_the_ids_the_lm_task_packs(tmp_path, text_d
     assert len(index.shards) > 3 and sharded == packed
     assert index.documents == 9  # the binary file skipped
     assert BPETokenizer.load(tmp_path / "s" / "tokenizer").files() == task.tokenizer.files()
+
+
+def test_a_worker_count_past_the_cap_is_refused_and_no_more_workers_start_than_files(tmp_path, text_dir,
+                                                                                    monkeypatch):
+    """`data prepare lm --workers 100000` forked a process per worker: 1,668 processes and 9 GB for three
+    files within 20 s, then the kernel's OOM killer, and two orphaned workers hung on a futex."""
+    with pytest.raises(ConfigError, match="workers must be between 1 and 64, got 65"):
+        lm_shards.prepare_lm(str(text_dir), tmp_path / "s", vocab_size=300, workers=65, show_progress=False)
+    assert not (tmp_path / "s").exists()
+    result = CliRunner().invoke(main, ["data", "prepare", "lm", "--data", str(text_dir), "--out",
+                                       str(tmp_path / "s"), "--workers", "100000"])
+    assert result.exit_code == 2 and "100000 is not in the range 1<=x<=64" in result.output
+    started = []
+    real_pool = lm_shards.ProcessPoolExecutor
+    monkeypatch.setattr(lm_shards, "ProcessPoolExecutor", lambda n, **kw: started.append(n) or real_pool(n, **kw))
+    few = tmp_path / "few"
+    few.mkdir()
+    for name in ("0.py", "1.py", "2.py"):
+        (few / name).write_text((text_dir / name).read_text())
+    lm_shards.prepare_lm(str(few), tmp_path / "s", vocab_size=300, workers=64, show_progress=False)
+    assert started == [3], "a process per file at most"
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads signal masks from Linux's /proc")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -289,6 +290,53 @@ def test_classify_init_from_a_timm_hub_folder_uses_its_preprocessing(tmp_path: P
     assert model.state_dict()["head.proj.weight"].shape == (10, 32)  # shapes has 10 classes
     folder = tokformer.save_pretrained(task, model, tmp_path / "exported")
     assert _same_weights(model, tokformer.from_pretrained(folder)[1])
+
+
+def _hub_folder(folder: Path, model_args: object) -> Path:
+    """A timm hub folder of :func:`_tiny_timm` under timm's registered ``vit_tiny_patch16_224``, with the
+    given ``model_args`` (which must make the named model fit those weights)."""
+    folder.mkdir()
+    save_file({k: v.contiguous() for k, v in _tiny_timm().state_dict().items()}, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps({"architecture": "vit_tiny_patch16_224", "model_args": model_args,
+                                                    "pretrained_cfg": {"input_size": [3, 32, 32]}}))
+    return folder
+
+
+TINY_VIT_ARGS = {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 2}
+
+
+@pytest.mark.parametrize("extra, refused", [
+    ({"checkpoint_path": "SECRET"}, "model_args.checkpoint_path is not an architecture option"),
+    ({"pretrained": True, "pretrained_cfg_overlay": {"file": "SECRET"}}, "model_args.pretrained is not an"),
+    ({"img_size": 100_000}, "describes a model of 5,000,032,042 parameters"),  # 20 GB asked of the allocator
+    ({"embed_dim": 30_000}, "describes a model of 21,607,470,010 parameters"),
+    ({"depth": 100_000}, "model_args.depth must be a number of blocks up to 1024, got 100000"),
+    (None, "model_args must be an object, got [1, 2]"),
+])
+def test_a_timm_hub_folders_model_args_cannot_name_files_or_ask_for_a_huge_model(tmp_path: Path, extra: object,
+                                                                                   refused: str) -> None:
+    """``timm.create_model(**model_args)`` took whatever the folder's config.json held: ``checkpoint_path``
+    made timm read any file on the machine (``/etc/passwd``: an IndexError; a weights file elsewhere: loaded),
+    and the model was built at any size (``img_size: 100000`` asked for 30 GB) before its weights were looked
+    at. create_model's own options are refused, and the model is sized on the meta device first (H10)."""
+    pytest.importorskip("timm")
+    secret = tmp_path / "elsewhere.safetensors"
+    save_file({k: v.contiguous() for k, v in _tiny_timm().state_dict().items()}, secret)
+    model_args = [1, 2] if extra is None else json.loads(json.dumps({**TINY_VIT_ARGS, **extra}).replace("SECRET",
+                                                                                                        str(secret)))
+    hub = _hub_folder(tmp_path / "hub", model_args)
+    with pytest.raises(ConfigError, match=re.escape(refused)):
+        train("classify", init_from=str(hub), run_dir=str(tmp_path / "run"), **TINY["classify"], **TRAIN)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_timm_hub_folders_model_args_still_shape_the_model(tmp_path: Path) -> None:
+    """The control for the refusals above: the architecture options pass, and make timm's named model fit."""
+    pytest.importorskip("timm")
+    hub = _hub_folder(tmp_path / "hub", TINY_VIT_ARGS)
+    train("classify", init_from=str(hub), run_dir=str(tmp_path / "run"), **TINY["classify"], **TRAIN)
+    task, model = load_run(tmp_path / "run")
+    assert model.state_dict()["head.proj.weight"].shape[1] == 32 and task.tokenizer.image_size == (32, 32)
 
 
 @pytest.mark.slow  # two training runs compared (~6 s); init_from loading itself is tested above

@@ -16,7 +16,6 @@ correctly; an id sequence that is not valid UTF-8 decodes with U+FFFD replacemen
 from __future__ import annotations
 
 import multiprocessing
-import os
 import weakref
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -28,6 +27,7 @@ from typing import Any, Literal
 import regex
 from torch import nn
 
+from tokformer import machine
 from tokformer.batch import TokenBatch
 from tokformer.embedding import Embedder
 from tokformer.positional import LearnedPositions
@@ -245,7 +245,7 @@ class BPETokenizer(Tokenizer):
         self, texts: Sequence[str], *, allowed_special: AllowedSpecial = (), num_workers: int | None = None
     ) -> list[list[int]]:
         """Token ids of each text; on all cores (``num_workers=None``) once the batch is large."""
-        workers = _resolve_workers(num_workers, sum(map(len, texts)))
+        workers = min(_resolve_workers(num_workers, sum(map(len, texts))), len(texts))  # one more would only wait
         if workers > 1:
             return self._encode_parallel(list(texts), allowed_special, workers)
         special = self._special_regex(allowed_special)
@@ -446,9 +446,9 @@ def _surrogate_error(text: str) -> SurrogateError:
 
 def _resolve_workers(num_workers: int | None, total_chars: int) -> int:
     if num_workers is None:
-        return (os.cpu_count() or 1) if total_chars >= PARALLEL_MIN_CHARS else 1
-    if num_workers < 1:
-        raise TokenizerError(f"num_workers must be >= 1, got {num_workers}")
+        return machine.cores() if total_chars >= PARALLEL_MIN_CHARS else 1
+    if not 1 <= num_workers <= machine.MAX_WORKERS:  # each is a forked process
+        raise TokenizerError(f"num_workers must be between 1 and {machine.MAX_WORKERS}, got {num_workers}")
     return num_workers
 
 

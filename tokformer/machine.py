@@ -30,6 +30,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+#: The most worker processes one option may start (DataLoader workers, tokenizing processes). Each is a
+#: process of its own: a typo (``--workers 100000``) forked until the kernel's OOM killer stepped in, and
+#: more processes than cores never makes CPU-bound work faster.
+MAX_WORKERS = 64
+
+
 def cores() -> int:
     """Cores this process may run on (the affinity mask, not the host's count)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -444,6 +444,27 @@ def _seeds_done(sweep: Sweep) -> int:
     return len({r.seed for r in sweep.results})
 
 
+def check_config(config: BirdsConfig) -> None:
+    """Refuse, before the report folder is made, a sweep that cannot run or whose report would mislead: a
+    seed numpy and torch do not take (-1 was a ValueError after ``sweep.json`` was written, and the folder
+    then refused every other sweep), a seed or model given twice (its runs would be the same runs, and a
+    spread over them a spread of nothing), a model name that is no model, or no comparison task."""
+    if "compare" not in config.tasks:
+        raise UsageError("a birds report needs the comparison task: its receptive-field and attention analyses "
+                         "are of the comparison models (tasks=('count', 'compare') or ('compare',))")
+    if not config.seeds or not all(type(seed) is int and 0 <= seed < 2**32 for seed in config.seeds):
+        raise UsageError(f"seeds must be integers in [0, 2**32), got {files.shown(list(config.seeds))}")
+    for what, given in (("seed", config.seeds), ("model", config.models)):
+        twice = sorted({str(x) for x in given if list(given).count(x) > 1})
+        if twice:
+            raise UsageError(f"{what} {twice[0]} is given twice: the same runs would be counted as two")
+    for name in config.models:
+        try:
+            parse_spec(name)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+
+
 def run_experiment(
     out_dir: str | Path = "birds_report",
     *,
@@ -476,16 +497,9 @@ def run_experiment(
     if config is None:
         overrides = {"device": device} | ({"seeds": tuple(seeds)} if seeds else {})
         if models:
-            for name in models:
-                try:
-                    parse_spec(name)
-                except ValueError as error:
-                    raise UsageError(str(error)) from None
-            overrides["models"] = tuple(dict.fromkeys(models))
+            overrides["models"] = tuple(dict.fromkeys(models))  # in the order given, once each
         config = quick_config(**overrides) if quick else full_config(**overrides)
-    if "compare" not in config.tasks:
-        raise UsageError("a birds report needs the comparison task: its receptive-field and attention analyses "
-                         "are of the comparison models (tasks=('count', 'compare') or ('compare',))")
+    check_config(config)
     start, out = time.perf_counter(), Path(out_dir)
     command = "tokformer birds" + (" --quick" if quick else "") + (
         f" --seeds {','.join(map(str, config.seeds))}" if seeds else "") + (

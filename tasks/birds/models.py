@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tokformer.config import TransformerConfig
+from tokformer.config import MAX_LAYERS, TransformerConfig
 from tokformer.layers import FeedForward
 from tokformer.tokenizers.image import ImagePatchTokenizer, PatchEmbedder
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
@@ -356,6 +356,7 @@ _FAMILIES: dict[str, tuple[str, int | None]] = {
     "local": ("d", None), "pool": ("d", None), "global": ("d", 4), "mlp": ("d", 2),
     "transformer": ("l", None), "transformer-local": ("l", None), "mixer": ("l", None),
 }
+MAX_BUDGET = 1000  # -xK: the sweep's learning curves take 1, 3 and 10 times the steps
 _SPEC = re.compile(r"^(?P<family>[a-z]+(?:-local)?)(?:-(?P<letter>[dl])(?P<depth>\d+))?(?P<lpos>-lpos)?"
                    r"(?:-x(?P<budget>\d+))?$")
 
@@ -375,8 +376,8 @@ def parse_spec(name: str) -> ModelSpec:
     if (given is None and default is None) or (given is not None and match.group("letter") != letter):
         raise ValueError(f"model {name!r}: {family} takes a depth as -{letter}N")
     depth, budget = int(given or default), int(match.group("budget") or 1)
-    if depth < 1 or budget < 1:
-        raise ValueError(f"model {name!r}: depth and step multiple must be at least 1")
+    if not (1 <= depth <= MAX_LAYERS and 1 <= budget <= MAX_BUDGET):  # past them: memory or time without end
+        raise ValueError(f"model {name!r}: the depth must be 1..{MAX_LAYERS} and the step multiple 1..{MAX_BUDGET}")
     spec = ModelSpec(name, family, depth, budget, learned_positions=match.group("lpos") is not None)
     if spec.learned_positions and not spec.tokens:
         raise ValueError(f"model {name!r}: only the token models (transformer, transformer-local, mixer) take -lpos")

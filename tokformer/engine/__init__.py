@@ -19,7 +19,7 @@ from tokformer.runtime.config import RunConfig, TrainConfig, help_text, resolve_
 from tokformer.runtime.distributed import Dist, barrier, local
 from tokformer.runtime.registry import get_task, name_of, register_task, task_names
 from tokformer.runtime.task import TOKENIZER_DIR, StepOutput, Task
-from tokformer.store.budget import check_data_fits
+from tokformer.store.budget import check_against_weights, check_data_fits, planned_size
 from tokformer.store.checkpoints import tokenizer_fingerprint
 from tokformer.store.loader import Predictor, load, load_model, load_run, saved_task_name
 from tokformer.store.lock import hold as hold_lock
@@ -39,6 +39,7 @@ __all__ = [
     "TrainConfig",
     "barrier",
     "build_optimizer",
+    "check_against_weights",
     "check_data_fits",
     "describe",
     "evaluate",
@@ -55,6 +56,7 @@ __all__ = [
     "lr_at",
     "name_of",
     "over_seeds",
+    "planned_size",
     "progress",
     "read_metrics",
     "read_json_object",

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from tokformer.config import ARCHITECTURE
 from tokformer.errors import ConfigError, DataError
 from tokformer.files import loads, read_text, shown
+from tokformer.machine import MAX_WORKERS
 from tokformer.runtime.registry import get_task
 
 Precision = Literal["fp32", "bf16"]
@@ -63,7 +64,6 @@ def help_text(text: str, *, architecture: bool = False,
 
 MAX_STEPS = 10**12
 MAX_EPOCHS = 10**6
-MAX_WORKERS = 64
 
 
 @dataclass
