@@ -10,6 +10,7 @@ so it exercises attention, not just a per-token lookup.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,11 +162,7 @@ class SortTask(Task):
 
     def _digits(self, value: Sequence[int] | str) -> Tensor:  # [n]
         c = self.config
-        try:
-            parts = value.split() if isinstance(value, str) else list(value)
-            digits = [int(x) for x in (list(parts[0]) if len(parts) == 1 and isinstance(value, str) else parts)]
-        except ValueError:
-            digits = []
+        digits = _whole_numbers(value)
         if not 0 < len(digits) <= c.seq_len or not all(0 <= x < c.vocab for x in digits):
             raise DataError(f"{value!r}: the model sorts 1 to {c.seq_len} numbers in 0..{c.vocab - 1}")
         return torch.tensor(digits)
@@ -176,3 +173,40 @@ class SortTask(Task):
         c = self.config
         digits = make_sequences(2, c.seq_len, c.vocab, c.data_seed)  # [2, seq_len]
         return (self.collate([(row, row) for row in digits], train=False)["tokens"],)
+
+
+def _whole_numbers(value: Sequence[int] | str) -> list[int]:
+    """The numbers of one input sequence: a string of digits (``"3 1 2"``, ``"312"``) or a sequence of
+    whole numbers (ints, numpy or torch integers, strings of digits). Anything else is a DataError naming
+    it: ``int()`` made ``[1.5, 2]`` the sequence ``[1, 2]`` and ``True`` a 1, and a bare number (a flat
+    ``[3, 1, 2]`` given as the inputs) was a TypeError."""
+    if isinstance(value, str):
+        parts = value.split()
+        value = list(parts[0]) if len(parts) == 1 else parts
+        if not all(_is_whole(x) for x in value):
+            return []  # the caller's message says what the model sorts
+    try:
+        items = list(value)
+    except TypeError:
+        raise DataError(f"{value!r} is no sequence of numbers: each input is a list ([3, 1, 2]) or a string "
+                        "('3 1 2') of them; give a list of inputs ([[3, 1, 2]]) or one string") from None
+    if bad := [x for x in items if not _is_whole(x)]:
+        raise DataError(f"{value!r}: {bad[0]!r} is not a whole number; the model sorts whole numbers")
+    return [int(x) for x in items]
+
+
+def _is_whole(x: object) -> bool:
+    """An integer (not a bool, a float or a float tensor) or a string ``int()`` reads as one."""
+    if isinstance(x, str):
+        try:
+            int(x)
+        except ValueError:
+            return False
+        return True
+    if isinstance(x, bool):
+        return False
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return True

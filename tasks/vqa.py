@@ -47,10 +47,11 @@ from tokformer.engine import (
     check_data_fits,
     help_text,
     load,
+    positive_count,
     register_task,
     write_text_atomic,
 )
-from tokformer.errors import ConfigError, DataError
+from tokformer.errors import ConfigError, DataError, UsageError
 from tokformer.positional import LearnedPositions
 from tokformer.sampling import SamplingConfig
 from tokformer.tasks import vqa_data
@@ -394,11 +395,15 @@ class VQATask(Task):
 
     # -- inference -------------------------------------------------------------------------
 
-    def predict(self, model: nn.Module, inputs: Sequence[Any], prompt: str = "",
+    def predict(self, model: nn.Module, inputs: Sequence[Any], prompt: str | None = "",
                 max_new_tokens: int | None = None) -> list[str]:
-        """The answer to ``prompt`` (one question for every image; "" describes it) for each image
-        (file paths, PIL images or ``[3, H, W]`` tensors), decoded greedily."""
-        prompt = prompt.strip()  # as training's questions are
+        """The answer to ``prompt`` (one question for every image; "" or None describes it, as
+        ``tokformer predict`` without ``--prompt`` does) for each image (file paths, PIL images or
+        ``[3, H, W]`` tensors), decoded greedily. ``max_new_tokens`` (default: the config's
+        ``max_answer_tokens``) must be at least 1; more than the answer positions the model learned
+        (``text_length``) is capped there, where every answer ends anyway."""
+        prompt = _prompt(prompt)
+        max_new_tokens = self._answer_budget(model, max_new_tokens)
         if prompt and not self.config.use_question:
             raise ConfigError("this model was trained without questions (use_question false): leave the prompt out")
         text = self.text_tokenizer()
@@ -407,9 +412,20 @@ class VQATask(Task):
         question = self._questions([prompt] * len(inputs)).to(device)
         answers = generate_answers(model, image, question, bos_id=text.special_tokens[BOS],
                                    eos_id=text.special_tokens[EOS],
-                                   max_new_tokens=max_new_tokens or self.config.max_answer_tokens,
+                                   max_new_tokens=max_new_tokens,
                                    sampling=SamplingConfig(temperature=0.0), suppress=self._never_answered())
         return [text.decode(a) for a in answers]
+
+    def _answer_budget(self, model: nn.Module, max_new_tokens: int | None) -> int:
+        """The most answer tokens to decode: ``max_new_tokens`` (the config's ``max_answer_tokens`` when
+        None) capped at the answer positions of ``model``'s text table. 0 and negatives are a UsageError:
+        0 meant the default (``or``) and -5 decoded nothing; past the table, the positional embedding
+        raised ``position 32 is beyond the learned table's max_len=32``."""
+        if max_new_tokens is None:
+            return self.config.max_answer_tokens
+        table = getattr(model.segments.embedders["answer"], "position", None)
+        most = getattr(table, "max_len", self.config.text_length)  # the answer positions it learned
+        return min(positive_count("max_new_tokens", max_new_tokens), most)
 
     def _never_answered(self) -> list[int]:
         """Ids no answer holds, so neither decoding nor the exact-match metric may choose them: BOS and
@@ -426,6 +442,16 @@ class VQATask(Task):
                                generator=torch.Generator().manual_seed(0))
         batch = self.collate([Example(images[0], "how many birds?", "two"), Example(images[1], "", "a bird")], False)
         return batch["image"], batch["prompt"], batch["answer"]
+
+
+def _prompt(prompt: object) -> str:
+    """The question asked, stripped as training's questions are; None is no question (the model
+    describes the picture, as ``tokformer predict`` without ``--prompt``), anything but text a UsageError."""
+    if prompt is None:
+        return ""
+    if not isinstance(prompt, str):
+        raise UsageError(f"prompt must be a question (a string) or None, got {prompt!r}")
+    return prompt.strip()
 
 
 def _breakdown(exact: Tensor, batch: dict[str, Any]) -> dict[str, tuple[Tensor, int]]:

@@ -145,6 +145,21 @@ def question_maps(model: nn.Module, task: VQATask, image: Any, questions: Sequen
 MAX_QUESTIONS = 8
 
 
+def figure_path(out: str | os.PathLike, *, overwrite: bool, image: str | os.PathLike) -> Path:
+    """``out`` as a Path, checked before the model loads: a file ``check_output_file`` allows, whose
+    extension names a format matplotlib writes (its format is taken from there; without one the
+    temporary file's random suffix was taken for it: ``Format 'u24juc3f' is not supported``)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = check_output_file(out, overwrite=overwrite, inputs=[image])
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    if path.suffix[1:].lower() not in formats:
+        what = f"extension {path.suffix!r}" if path.suffix else "no extension"
+        raise UsageError(f"--out {out} has {what}, which names no figure format; end it with one of "
+                         f"{', '.join('.' + f for f in formats)}")
+    return path
+
+
 def attention_figure(source: str | os.PathLike, image: str | os.PathLike, questions: Sequence[str],
                      out: str | os.PathLike, *, layer: int = -1, overwrite: bool = False, checkpoint: str = "best",
                      device: str = "cpu") -> Path:
@@ -155,7 +170,7 @@ def attention_figure(source: str | os.PathLike, image: str | os.PathLike, questi
 
     if len(questions) > MAX_QUESTIONS:
         raise UsageError(f"{len(questions)} questions: one figure shows at most {MAX_QUESTIONS}; draw several")
-    out = check_output_file(out, overwrite=overwrite, inputs=[image])
+    out = figure_path(out, overwrite=overwrite, image=image)
     predictor = load(source, checkpoint, device)
     if not isinstance(predictor.task, VQATask):
         raise ConfigError(f"{source} is not a vqa model")

@@ -90,6 +90,11 @@ def test_an_output_file_may_be_new_or_replaced_when_asked_and_never_an_input(tmp
                                              "replace it; choose another file$"):
             files.check_output_file(tmp_path / name, overwrite=True, inputs=[tmp_path / "missing.txt", source])
     assert mine.read_text() == "mine" and source.read_text() == "data"
+    assert files.check_output_file(tmp_path / "sub" / "deeper" / "x.txt", overwrite=False).parent.name == "deeper"
+    for under in (mine / "x.txt", mine / "sub" / "x.txt"):  # a file where a folder would have to be made
+        with pytest.raises(UsageError, match=rf"^--out {under}: {mine} is a file, not a folder to write in; choose "
+                                             "another path$"):
+            files.check_output_file(under, overwrite=True)  # it was `File exists: mine.txt` when written
 
 
 OWNED = (*ENGINE_FILES, "tokenizer/tokenizer.json", "corpus/corpus.bin", "classes.json")

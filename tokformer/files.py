@@ -144,9 +144,13 @@ def check_output_file(out: str | os.PathLike, *, overwrite: bool, inputs: Sequen
     """``out`` as a Path, or a one-line UsageError where writing a command's result there would destroy
     something: a folder or another non-file; a file that exists, unless ``overwrite`` (the user asked to
     replace it); one of the command's own ``inputs``, even with ``overwrite`` (the result would replace
-    the data it was made from). Checked before any work, so a refusal costs nothing."""
+    the data it was made from); a path under a file (``notes.txt/a.png``: no folder can be made there).
+    Checked before any work, so a refusal costs nothing."""
     path = Path(out)
     if not path.exists():
+        folder = next(f for f in path.parents if f.exists())  # the nearest that is there
+        if not folder.is_dir():
+            raise UsageError(f"{flag} {out}: {folder} is a file, not a folder to write in; choose another path")
         return path
     if not path.is_file():
         raise UsageError(f"{flag} {out} is a folder or another non-file; give the path of a file to write")

@@ -21,7 +21,7 @@ from tokformer.runtime.registry import get_task, name_of, register_task, task_na
 from tokformer.runtime.task import TOKENIZER_DIR, StepOutput, Task
 from tokformer.store.budget import check_against_weights, check_data_fits, planned_size
 from tokformer.store.checkpoints import tokenizer_fingerprint
-from tokformer.store.loader import Predictor, load, load_model, load_run, saved_task_name
+from tokformer.store.loader import Predictor, load, load_model, load_run, positive_count, saved_task_name
 from tokformer.store.lock import hold as hold_lock
 from tokformer.store.source import describe, read_json_object
 from tokformer.store.weights import load_fitting
@@ -57,6 +57,7 @@ __all__ = [
     "name_of",
     "over_seeds",
     "planned_size",
+    "positive_count",
     "progress",
     "read_metrics",
     "read_json_object",

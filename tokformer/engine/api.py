@@ -30,8 +30,8 @@ from tokformer.runtime.distributed import Dist, barrier, broadcast, process_grou
 from tokformer.runtime.registry import get_task
 from tokformer.store import lock
 from tokformer.store import run_dir as runs
-from tokformer.store.checkpoints import list_checkpoints
-from tokformer.store.loader import load_model, train_config
+from tokformer.store.checkpoints import checkpoint_selector, list_checkpoints
+from tokformer.store.loader import load_model, positive_count, train_config
 from tokformer.store.source import RUN, describe
 
 log = logging.getLogger(LOGGER)
@@ -326,7 +326,7 @@ def train(
             raise
 
 
-def evaluate(path: str | os.PathLike, *, data: str | os.PathLike | None = None, checkpoint: str = "best",
+def evaluate(path: str | os.PathLike, *, data: str | os.PathLike | None = None, checkpoint: str | int = "best",
              device: str = "auto", batch_size: int | None = None, quiet: bool = False) -> Evaluation:
     """Loss and task metrics of a run's checkpoint, or of a model folder (``tokformer export``),
     beside the task's baselines on the same data; the Python form of ``tokformer evaluate``.
@@ -335,8 +335,13 @@ def evaluate(path: str | os.PathLike, *, data: str | os.PathLike | None = None, 
     it (an lm text file or folder, a translate .tsv/.jsonl, a classify image folder, a graph
     folder or manifest); by default the task's held-out split. Baselines fit on data are fit
     on the run's training split, which must still be readable, unless the task saves them with
-    the model (vqa's question-only answers).
+    the model (vqa's question-only answers). ``checkpoint``: best, latest or a step (a string or
+    an int); ``batch_size``: at least 1, None for the run's (checked as the CLI checks its flags,
+    before anything loads: a negative one evaluated nothing and returned no metrics).
     """
+    checkpoint = checkpoint_selector(checkpoint)
+    if batch_size is not None:
+        batch_size = positive_count("batch_size", batch_size)
     speak(quiet)
     source = describe(path)
     settings = train_config(source)

@@ -12,6 +12,7 @@ code, and a damaged file is a :class:`~tokformer.errors.CheckpointError` naming 
 from __future__ import annotations
 
 import hashlib
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from tokformer import files
-from tokformer.errors import CheckpointError, ConfigError, DataError
+from tokformer.errors import CheckpointError, ConfigError, DataError, UsageError
 from tokformer.runtime.distributed import Dist
 from tokformer.runtime.task import TOKENIZER_DIR
 from tokformer.store import sharded, whole
@@ -141,8 +142,21 @@ def best_step(run_dir: Path) -> int | None:
     return step
 
 
-def find_checkpoint(run_dir: Path, which: str = "latest") -> Path:
-    """``latest``, ``best`` or a step number -> that checkpoint's directory."""
+def checkpoint_selector(which: object) -> str:
+    """``which`` as the CLI's ``--checkpoint`` spells it: ``best``, ``latest`` or a step, which Python
+    callers may also give as an int (``checkpoint=20``); anything else (None, a bool, a float, a path)
+    is a one-line UsageError naming the argument, never an AttributeError from deep in the store."""
+    if isinstance(which, str):
+        return which
+    if isinstance(which, numbers.Integral) and not isinstance(which, bool):
+        return str(int(which))
+    raise UsageError(f"checkpoint must be 'best', 'latest' or a step number, got {which!r} "
+                     f"({type(which).__name__})")
+
+
+def find_checkpoint(run_dir: Path, which: str | int = "latest") -> Path:
+    """``latest``, ``best`` or a step number (a string of digits or an int) -> that checkpoint's directory."""
+    which = checkpoint_selector(which)
     steps = list_checkpoints(run_dir)
     if not steps:
         raise ConfigError(f"no checkpoint in {run_dir / CHECKPOINTS}; has this run saved one yet?")

@@ -15,13 +15,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
 import os
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from tokformer.atomic import staged_folder
-from tokformer.errors import ConfigError
+from tokformer.errors import CheckpointError, ConfigError, UsageError
 from tokformer.runtime.config import resolve_config
 from tokformer.runtime.registry import get_task, name_of
 from tokformer.runtime.task import Task
@@ -29,9 +31,10 @@ from tokformer.store.budget import check_against_weights, planned_size
 from tokformer.store.checkpoints import TOKENIZER_HASH, tokenizer_fingerprint
 from tokformer.store.run_dir import CONFIG_FILE
 from tokformer.store.source import MODEL_FORMAT, Source
-from tokformer.store.weights import WEIGHTS_FILE, load_fitting, read_model_state, save_model_state
+from tokformer.store.weights import WEIGHTS_FILE, check_fits, load_fitting, read_model_state, save_model_state
 
 FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
 
 
 def check_free(out: Path) -> None:
@@ -47,11 +50,39 @@ def save_pretrained(task: Task, model: nn.Module, directory: str | os.PathLike) 
     save leaves no half folder; an existing non-empty ``directory`` is refused rather than mixed
     with another model's files. Returns the folder.
     """
+    check_model_of(task, model, "save_pretrained")
     out = Path(directory)
     check_free(out)
     with staged_folder(out) as tmp:
         write_model_folder(task, model, tmp)
     return out
+
+
+def check_model_of(task: object, model: object, caller: str) -> None:
+    """Refuse, before anything is written, a ``model`` that is not ``task``'s: no module, or weights whose
+    keys or shapes are not those ``task.build_model()`` makes (checked on the meta device: no memory, no
+    initialisation). A sort task beside an lm's model wrote a folder that failed only when loaded;
+    ``model=None`` was an AttributeError."""
+    if not isinstance(task, Task):
+        raise UsageError(f"{caller}: task must be a tokformer Task (the first of what tokformer.load_model "
+                         f"returns), got {type(task).__name__}")
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"{caller}: model must be a torch nn.Module (the second of what tokformer.load_model "
+                         f"returns), got {type(model).__name__}")
+    try:
+        with torch.device("meta"):
+            expected = task.build_model()
+    except (NotImplementedError, RuntimeError, TypeError, ValueError) as e:  # a builder that reads tensor values
+        log.debug("cannot build the task's model on the meta device to check the weights: %s", e)
+        return
+    if not isinstance(expected, nn.Module):
+        return
+    try:
+        check_fits(expected, getattr(model, "_orig_mod", model).state_dict(), "the model's state dict",
+                   f"the {name_of(task)!r} task's config and tokenizer")
+    except CheckpointError as e:
+        raise UsageError(f"{caller}: {e}; give the task and model of one run (as tokformer.load_model "
+                         "returns them)") from None
 
 
 def write_model_folder(task: Task, model: nn.Module, directory: Path) -> None:

@@ -9,6 +9,7 @@ made of it, and returns the task (assets loaded) and the model in eval mode.
 from __future__ import annotations
 
 import inspect
+import numbers
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from tokformer.runtime.distributed import select_device
 from tokformer.runtime.registry import get_task, name_of
 from tokformer.runtime.task import Task
 from tokformer.store.budget import check_against_weights, planned_size
-from tokformer.store.checkpoints import find_checkpoint, load_weights
+from tokformer.store.checkpoints import checkpoint_selector, find_checkpoint, load_weights
 from tokformer.store.folder import load_folder
 from tokformer.store.formats import get_format
 from tokformer.store.source import MODEL, RUN, Source, describe, refuse_pickled_only
@@ -33,10 +34,11 @@ def as_source(path: str | os.PathLike | Source) -> Source:
     return path if isinstance(path, Source) else describe(path)
 
 
-def load_run(run_dir: str | os.PathLike | Source, checkpoint: str = "best",
+def load_run(run_dir: str | os.PathLike | Source, checkpoint: str | int = "best",
              device: str | torch.device = "cpu") -> tuple[Task, nn.Module]:
-    """The task (assets loaded) and model (weights of ``checkpoint``: best, latest or a step)
-    of a finished or running run, in eval mode: the starting point of inference commands."""
+    """The task (assets loaded) and model (weights of ``checkpoint``: best, latest or a step, as a
+    string or an int) of a finished or running run, in eval mode: the starting point of inference commands."""
+    checkpoint = checkpoint_selector(checkpoint)
     device = _device(device)
     source = as_source(run_dir)
     if source.kind != RUN:
@@ -51,10 +53,12 @@ def load_run(run_dir: str | os.PathLike | Source, checkpoint: str = "best",
     return task, model.to(device).eval()
 
 
-def load_model(path: str | os.PathLike | Source, checkpoint: str = "best",
+def load_model(path: str | os.PathLike | Source, checkpoint: str | int = "best",
                device: str | torch.device = "cpu") -> tuple[Task, nn.Module]:
     """The task and model (eval mode, on ``device``) of a run directory (weights of
-    ``checkpoint``: best, latest or a step), a model folder or a registered foreign folder."""
+    ``checkpoint``: best, latest or a step, as a string or an int), a model folder or a registered
+    foreign folder."""
+    checkpoint = checkpoint_selector(checkpoint)
     device = _device(device)
     source = as_source(path)
     if source.kind == RUN:
@@ -99,6 +103,34 @@ def saved_task_name(path: str | os.PathLike | Source) -> str | None:
     return as_source(path).task_name()
 
 
+#: Predict options that count something (inputs decoded together, classes shown, beams, tokens): a
+#: whole number of at least 1 wherever a task takes one, as the CLI's flags are ranged (``--top-k 0``
+#: is refused); None only where the task's own default is None (the run's value, or no limit).
+COUNT_OPTIONS = ("batch_size", "top_k", "beam_size", "max_new_tokens")
+
+
+def positive_count(name: str, value: object) -> int:
+    """``value`` of argument ``name`` when it is a whole number of at least 1, else a one-line UsageError
+    naming it: 0 and negatives count nothing (a batch size of -1 decoded nothing and returned ``''``,
+    ``top_k=-1`` was torch's ``selected index k out of range``), and a bool is no count."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1:
+        return int(value)
+    raise UsageError(f"{name} must be a whole number of at least 1, got {value!r}")
+
+
+def check_counts(options: dict[str, Any], declared: dict[str, inspect.Parameter]) -> None:
+    """Refuse a count option (:data:`COUNT_OPTIONS`) of ``options`` that is no count, before the model
+    runs; ``declared`` are the task's predict parameters (None passes where one defaults to None, or
+    where the task takes its options as ``**options`` and says their defaults itself)."""
+    for name in COUNT_OPTIONS:
+        if name not in options:
+            continue
+        parameter = declared.get(name)
+        if options[name] is None and (parameter is None or parameter.default is None):
+            continue
+        positive_count(name, options[name])
+
+
 @dataclass
 class Predictor:
     """A loaded model with its task: load once, predict as often as needed.
@@ -106,14 +138,17 @@ class Predictor:
     ``predictor(inputs, **options)`` is ``task.predict(model, inputs, **options)``: one
     prediction per input (digits for sort, an image or its path for classify, a prompt for lm,
     a sentence for translate, a graph or its file for graph); ``options`` are the task's own
-    (``top_k``, ``beam_size``, ``max_new_tokens``...).
+    (``top_k``, ``beam_size``, ``max_new_tokens``...). A single string or path is one input, and
+    gives that input's prediction, not a list (as a Hugging Face pipeline does): iterated, it
+    was its characters, each taken for an input.
     """
 
     task: Task
     model: nn.Module
 
-    def __call__(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
-        """One prediction per input; an option the task does not take is a one-line UsageError."""
+    def __call__(self, inputs: Sequence[Any] | str | os.PathLike, **options: Any) -> Any:
+        """One prediction per input (one prediction for a single string or path); an option the task
+        does not take, or a count option that is no whole number of at least 1, is a one-line UsageError."""
         accepted = {name: p for name, p in inspect.signature(self.task.predict).parameters.items()
                     if name not in ("model", "inputs")}
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
@@ -121,12 +156,15 @@ class Predictor:
         if unknown and not takes_any:
             raise UsageError(f"task {name_of(self.task)!r} has no predict option {unknown[0]!r}; "
                              f"it takes {', '.join(accepted) or 'none'}")
+        check_counts(options, accepted)
+        if isinstance(inputs, (str, os.PathLike)):
+            return self.task.predict(self.model, [inputs], **options)[0]
         return self.task.predict(self.model, list(inputs), **options)
 
     predict = __call__
 
 
-def load(path: str | os.PathLike, checkpoint: str = "best", device: str | torch.device = "cpu") -> Predictor:
+def load(path: str | os.PathLike, checkpoint: str | int = "best", device: str | torch.device = "cpu") -> Predictor:
     """A :class:`Predictor` for a run directory (weights of ``checkpoint``), a model folder or a
     Hugging Face folder: ``tokformer.load(path)(inputs)``, the Python form of ``tokformer predict``."""
     return Predictor(*load_model(path, checkpoint, device))
