@@ -46,6 +46,13 @@ class FiniteFloat(click.ParamType):
 FINITE = FiniteFloat()
 
 
+class FiniteRange(click.FloatRange):
+    """click's FloatRange of a FiniteFloat: NaN compares false with both bounds, so a plain range passes it."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        return super().convert(FINITE.convert(value, param, ctx), param, ctx)
+
+
 class Device(click.ParamType):
     """A device name, checked as ``train`` checks it (``bogus``, or ``cuda`` without a GPU, is one line
     before anything is loaded); the command gets the name."""
@@ -118,12 +125,21 @@ class TokformerGroup(click.Group):
             elif isinstance(e, OSError):  # a path the user named is wrong (2), or the system failed (1)
                 message = f"{e.strerror or e}: {e.filename}" if e.filename else str(e)
                 code = 2 if isinstance(e, USER_PATH_ERRORS) else 1
-            elif isinstance(e, MemoryError):  # the sizes asked for passed every estimate, and still do not fit
+            elif _out_of_memory(e):  # the sizes asked for passed every estimate, and still do not fit
                 message, code = f"out of memory{f': {e}' if str(e) else ''}; ask for less (data, batch, model)", 1
             else:
                 message, code = f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)", 1
             click.echo(f"Error: {' '.join(message.split())}", err=True)
             ctx.exit(code)
+
+
+def _out_of_memory(error: Exception) -> bool:
+    """A MemoryError, or torch's allocators saying the same: they raise RuntimeError (``[enforce fail at
+    alloc_cpu.cpp] DefaultCPUAllocator: not enough memory``), or torch.OutOfMemoryError, a subclass of it,
+    for CUDA and MPS (``CUDA out of memory``)."""
+    return isinstance(error, MemoryError) or (
+        isinstance(error, RuntimeError) and any(s in str(error) for s in ("DefaultCPUAllocator", "alloc_cpu",
+                                                                          "out of memory")))
 
 
 @click.group(cls=TokformerGroup, context_settings=CONTEXT)
@@ -506,8 +522,10 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
 @click.option("-o", "--out", "out_file", metavar="FILE", help="With --file: write translations here [default: stdout].")
 @click.option("--overwrite", is_flag=True, help="Replace --out's FILE if it exists (never the --file translated).")
 @click.option("--eval", "held_out", is_flag=True, help="Score BLEU, chrF and exact match on the held-out split.")
-@click.option("--beam-size", type=POSITIVE, default=None, help="1 = greedy decoding [default: the run's, 4].")
-@click.option("--length-penalty", type=FINITE, default=None,
+# the bounds of beam_search.MAX_BEAM_SIZE and MAX_LENGTH_PENALTY (importing them here would load torch)
+@click.option("--beam-size", type=click.IntRange(1, 1024), default=None,
+              help="1 = greedy decoding [default: the run's, 4].")
+@click.option("--length-penalty", type=FiniteRange(-10.0, 10.0), default=None,
               help="Beam length penalty alpha [default: the run's, 1.0].")
 @click.option("--batch-size", type=POSITIVE, default=64, show_default=True, help="Sentences decoded together.")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")

@@ -102,8 +102,8 @@ class TranslateConfig(BlockOptions):
     label_smoothing: float = field(default=0.1, metadata=help_text("label smoothing of the cross-entropy"))
     bucket_pool: int = field(default=50, metadata=help_text(
         "batches sorted by length together (length bucketing); 0: plain shuffle"))
-    beam_size: int = field(default=4, metadata=help_text("default beam size of translate (1: greedy)"))
-    length_penalty: float = field(default=1.0, metadata=help_text("default beam length penalty alpha"))
+    beam_size: int = field(default=4, metadata=help_text("default beam size of translate (1: greedy; at most 1024)"))
+    length_penalty: float = field(default=1.0, metadata=help_text("default beam length penalty alpha (-10 to 10)"))
     max_len_a: float = field(default=1.5, metadata=help_text("output limit: max_len_a * source tokens + max_len_b"))
     max_len_b: int = field(default=10, metadata=help_text("output limit offset"))
     bleu_tokenize: str | None = field(default=None, metadata=help_text(
@@ -392,8 +392,8 @@ def translate(run_dir_or_model: str | os.PathLike | Predictor, sentences: Sequen
         run_dir_or_model: a run directory of ``tokformer train translate``, a model folder, or the
             Predictor of ``tokformer.load(path)`` (load once for repeated calls).
         sentences: source sentences, one per item.
-        beam_size: 1 is greedy decoding; default: the run's ``beam_size`` (4).
-        length_penalty: alpha of score / length**alpha; default: the run's (1.0).
+        beam_size: 1 is greedy decoding, 1024 the most; default: the run's ``beam_size`` (4).
+        length_penalty: alpha of score / length**alpha, -10 to 10; default: the run's (1.0).
         batch_size: sentences decoded together.
         checkpoint / device: which weights to load (best, latest or a step), and where.
         on_batch: called with the number of sentences of each finished batch (progress).

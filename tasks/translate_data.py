@@ -13,7 +13,6 @@ every later pair, and a TSV or JSONL file with holes is more likely broken than 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,12 +102,24 @@ def _jsonl_sides(line: str, where: str) -> tuple[str, str]:
         raise DataError(f"{where}: empty line; every line must hold a JSON object")
     try:
         record = files.loads(line)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{where}: not valid JSON ({e.msg})") from None
+    except ValueError as e:  # a JSONDecodeError, or files.loads' "JSON nested too deeply"
+        raise DataError(f"{where}: not valid JSON ({getattr(e, 'msg', e)})") from None
     if not isinstance(record, dict) or not isinstance(record.get("src"), str) \
             or not isinstance(record.get("tgt"), str):
         raise DataError(f'{where}: expected an object with string fields "src" and "tgt"')
+    for name in ("src", "tgt"):
+        _check_text(record[name], where, name)
     return record["src"], record["tgt"]
+
+
+def _check_text(text: str, where: str, name: str) -> None:
+    """Refuse a lone surrogate here, where the line is known: JSON's ``"\\ud800"`` escape reads as one,
+    and the tokenizer, which has no UTF-8 bytes for it, would refuse it later without naming the line."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(f'{where}: "{name}" holds a lone surrogate (an unpaired \\ud800-\\udfff escape), '
+                        "which is not text") from None
 
 
 def read_pairs(path: str | Path, tgt_path: str | Path | None = None) -> list[Pair]:

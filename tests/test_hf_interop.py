@@ -17,10 +17,11 @@ from click.testing import CliRunner
 from hf_models import FAMILIES, TEXT, VOCAB_ROWS, build_reference, outside_repo, tokformer_logits, transformers
 
 from tokformer.cli import main
-from tokformer.errors import TokformerError
+from tokformer.errors import TokformerError, UsageError
 from tokformer.generation import generate, left_pad
 from tokformer.interop import hf
 from tokformer.sampling import SamplingConfig
+from tokformer.tasks.sort import SortConfig, SortTask
 from tokformer.tokenizers.bpe import BPETokenizer
 
 
@@ -58,6 +59,19 @@ def test_greedy_continuations_are_token_identical(reference, tokenizer) -> None:
     ids, mask = left_pad([prompt])
     got = generate(ours, ids, mask, max_new_tokens=steps, sampling=SamplingConfig(temperature=0.0))[0]
     assert len(expected) == steps and got == expected
+
+
+def test_save_hf_folder_refuses_another_tasks_model_or_weights_not_its_own(reference, tmp_path) -> None:
+    """A sort task's was `AttributeError: 'SortTask' object has no attribute 'tokenizer'`; another model's
+    weights wrote a folder that failed only when loaded. Both are refused before anything is written."""
+    _, _, folder = reference
+    task, ours = hf.load_hf_folder(folder)
+    sort = SortTask(SortConfig(d_model=16, n_heads=2, n_layers=1, seq_len=4))
+    with pytest.raises(UsageError, match="writes an lm model as a Hugging Face causal LM, not a 'sort' model"):
+        hf.save_hf_folder(sort, sort.build_model(), tmp_path / "out")
+    with pytest.raises(UsageError, match="save_hf_folder: .*does not fit .*missing"):
+        hf.save_hf_folder(task, torch.nn.Linear(2, 2), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_round_trip_is_bit_exact(reference, tmp_path) -> None:

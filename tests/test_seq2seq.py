@@ -127,3 +127,21 @@ def test_length_limit_is_relative_to_the_source():
     assert cfg.max_lengths(batch_of([[2, 3], [2, 3, 4, 5]]).mask) == [5, 9]
     with pytest.raises(ValueError):
         DecodeConfig(beam_size=0)
+
+
+@pytest.mark.parametrize(("option", "value"), [("beam_size", 0), ("beam_size", 1025),
+                                               ("beam_size", 100_000), ("length_penalty", 400.0),
+                                               ("length_penalty", -1000.0), ("length_penalty", 10.5)])
+def test_beam_size_and_length_penalty_out_of_range_are_refused(option, value):
+    """A beam of 100,000 asked for gigabytes before an allocator error; a length penalty of 400 or
+    -1000 made length**alpha overflow or round to 0 mid-decoding (OverflowError, ZeroDivisionError)."""
+    with pytest.raises(ValueError, match=f"^{option} must be in "):
+        DecodeConfig(**{option: value})
+
+
+@pytest.mark.parametrize("alpha", [-10.0, 10.0])
+def test_length_penalty_at_its_bounds_scores_long_outputs(alpha):
+    """At the bounds, every output length is normalised without overflow: no end token, so each output
+    runs to its 40-token limit (400 overflowed from 6 tokens on, -1000 divided by 0.0 from 3)."""
+    cfg = DecodeConfig(beam_size=3, length_penalty=alpha, max_len_a=0, max_len_b=40)
+    assert [len(o) for o in beam_search(tiny_seq2seq(), batch_of(SOURCES), BOS, -1, cfg)] == [40] * 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from itertools import islice
 from pathlib import Path
 
@@ -50,6 +51,23 @@ def test_malformed_files_name_file_and_line(tmp_path: Path, name: str, text: str
     path = write(tmp_path / name, text)
     with pytest.raises(DataError, match=message.replace("(", r"\(").replace("{", r"\{")):
         read_pairs(path)
+
+
+def test_jsonl_nested_too_deeply_or_holding_a_lone_surrogate_names_file_and_line(tmp_path: Path) -> None:
+    """As vqa's JSONL does: JSON too deep for the parser and a ``\\ud800`` escape are this line's
+    faults (exit 2), not an internal error or a tokenizer error that names no file."""
+    good = '{"src": "three", "tgt": "drei"}\n'
+    deep = write(tmp_path / "deep.jsonl", good + "[" * 100_000 + "\n")
+    with pytest.raises(DataError) as info:
+        read_pairs(deep)
+    assert str(info.value) == f"{deep}:2: not valid JSON (JSON nested too deeply)"
+    for side in ("src", "tgt"):
+        record = json.dumps({"src": "three", "tgt": "drei", side: "\ud800"})  # written as the escape "\\ud800"
+        lone = write(tmp_path / f"lone_{side}.jsonl", good + record + "\n")
+        with pytest.raises(DataError) as info:
+            read_pairs(lone)
+        assert str(info.value) == (f'{lone}:2: "{side}" holds a lone surrogate (an unpaired \\ud800-\\udfff '
+                                   "escape), which is not text")
 
 
 def test_aligned_files_errors(tmp_path: Path) -> None:

@@ -16,6 +16,17 @@ from tokformer.batch import TokenBatch
 from tokformer.kv_cache import reorder_caches
 from tokformer.seq2seq import Seq2Seq
 
+# fairseq's --beam and Hugging Face's num_beams have no upper bound, but what their users ask for is
+# 1-10 to translate and a few hundred at most for n-best lists and search-error studies. 1024 covers
+# those; past it a step's score table (batch x beam x vocabulary) and the decoder caches (batch x beam
+# rows each) run to gigabytes: a beam of 100,000 asked for 4.5 GB before any error.
+MAX_BEAM_SIZE = 1024
+# alpha of score / length**alpha. Settings in use lie well inside: 0.6-1 (GNMT, fairseq, Hugging Face's
+# 1.0), 2 for long summaries, below 0 to favour short outputs. Within +-10, length**alpha is a finite,
+# non-zero float for every length an output can have (up to 10**30); 400 overflowed at length 6 and
+# -1000 rounded to 0.0 at length 3, and the decoding failed with OverflowError or ZeroDivisionError.
+MAX_LENGTH_PENALTY = 10.0
+
 
 @dataclass
 class DecodeConfig:
@@ -34,8 +45,11 @@ class DecodeConfig:
     max_len: int | None = None
 
     def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if not 1 <= self.beam_size <= MAX_BEAM_SIZE:
+            raise ValueError(f"beam_size must be in [1, {MAX_BEAM_SIZE}], got {self.beam_size}")
+        if not -MAX_LENGTH_PENALTY <= self.length_penalty <= MAX_LENGTH_PENALTY:
+            raise ValueError(f"length_penalty must be in [{-MAX_LENGTH_PENALTY:g}, {MAX_LENGTH_PENALTY:g}], "
+                             f"got {self.length_penalty}")
         if self.max_len_a < 0 or self.max_len_b < 0 or (self.max_len_a == 0 and self.max_len_b == 0):
             raise ValueError("max_len_a and max_len_b must be >= 0 and not both 0")
         if self.max_len is not None and self.max_len < 1:

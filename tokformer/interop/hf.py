@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -43,12 +44,13 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from tokformer.atomic import staged_folder
-from tokformer.errors import CheckpointError, ConfigError, DataError
-from tokformer.files import inside, read_json, regular
+from tokformer.errors import CheckpointError, ConfigError, DataError, UsageError
+from tokformer.files import inside, read_json, regular, shown
 from tokformer.language_model import CausalLM
-from tokformer.runtime.registry import get_task
+from tokformer.runtime.registry import get_task, name_of
+from tokformer.runtime.task import Task
 from tokformer.store.budget import check_against_weights, planned_size
-from tokformer.store.folder import check_free
+from tokformer.store.folder import check_free, check_model_of
 from tokformer.store.weights import load_fitting
 from tokformer.tokenizers.base import TokenizerError
 from tokformer.tokenizers.bpe import BPETokenizer
@@ -72,6 +74,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2": {**_LLAMA_DEFAULTS, "max_position_embeddings": 32768, "num_key_value_heads": 32,
               "use_sliding_window": False},
 }
+# The largest size or count read from a config.json: past every real model's (vocabularies of 256k
+# tokens, contexts of 10M) and small enough that the product of two stays inside torch's int64 sizes;
+# 1e30 positions failed in torch.empty, 1e300 were taken and printed as a 300-digit context.
+MAX_SIZE = 2**31 - 1
 
 
 # -- reading a folder ---------------------------------------------------------------------
@@ -152,12 +158,45 @@ def lm_config_from_hf(hf: dict[str, Any]):
     hf = {**DEFAULTS[family], **hf}
     try:
         fields = _gpt2_fields(hf) if family == "gpt2" else _llama_fields(hf, family)
-        return LMConfig(data="", dropout=0.0, vocab_size=int(hf["vocab_size"]), embedding_rows=int(hf["vocab_size"]),
-                        tie_embeddings=bool(hf["tie_word_embeddings"]), **fields)
+        vocab = _size(hf, "vocab_size")
+        return LMConfig(data="", dropout=0.0, vocab_size=vocab, embedding_rows=vocab,
+                        tie_embeddings=_flag(hf, "tie_word_embeddings"), **fields)
     except KeyError as err:
         raise ConfigError(f"{family} config has no {err.args[0]!r}") from None
     except ValueError as err:
         raise ConfigError(f"{family} config: {err}") from None
+
+
+def _size(hf: dict[str, Any], key: str, *, optional: bool = False) -> int | None:
+    """A size or count of the config: a whole number from 1 to MAX_SIZE, or null where ``optional``
+    (the family's default). int() and float() would take null, true or 1e300 as far as the model
+    build, to fail there without naming the key."""
+    value = hf[key]
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= MAX_SIZE \
+            or value != int(value):
+        raise ValueError(f"{key} must be a whole number from 1 to {MAX_SIZE}, got {shown(value)}")
+    return int(value)
+
+
+def _positive(key: str, value: Any) -> float:
+    """A positive finite number of the config: a norm's epsilon at or below 0 gave NaN logits, then
+    blamed on the weights; null failed in float() without naming the key."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= sys.float_info.max:
+        raise ValueError(f"{key} must be a positive finite number, got {shown(value)}")
+    return float(value)
+
+
+def _flag(hf: dict[str, Any], key: str) -> bool:
+    """A switch of the config, false where absent or null (as transformers reads it): bool() would
+    read "false" or "no" as true."""
+    value = hf.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, got {shown(value)}")
+    return value
 
 
 def _refuse(hf: dict[str, Any], family: str, checks: dict[str, Callable[[Any], bool]]) -> None:
@@ -169,40 +208,42 @@ def _refuse(hf: dict[str, Any], family: str, checks: dict[str, Callable[[Any], b
 def _gpt2_fields(hf: dict[str, Any]) -> dict[str, Any]:
     _refuse(hf, "gpt2", {"scale_attn_weights": bool, "scale_attn_by_inverse_layer_idx": lambda v: not v,
                          "add_cross_attention": lambda v: not v,
-                         "activation_function": lambda v: v in _GPT2_ACTIVATIONS})
-    d_model = int(hf["n_embd"])
-    return dict(d_model=d_model, n_heads=int(hf["n_head"]), n_layers=int(hf["n_layer"]),
-                d_ff=int(hf["n_inner"] or 4 * d_model), context_len=int(hf["n_positions"]),
-                activation=_GPT2_ACTIVATIONS[hf["activation_function"]], norm_eps=float(hf["layer_norm_epsilon"]),
-                position="learned")
+                         "activation_function": lambda v: isinstance(v, str) and v in _GPT2_ACTIVATIONS})
+    d_model = _size(hf, "n_embd")
+    return dict(d_model=d_model, n_heads=_size(hf, "n_head"), n_layers=_size(hf, "n_layer"),
+                d_ff=_size(hf, "n_inner", optional=True) or 4 * d_model, context_len=_size(hf, "n_positions"),
+                activation=_GPT2_ACTIVATIONS[hf["activation_function"]],
+                norm_eps=_positive("layer_norm_epsilon", hf["layer_norm_epsilon"]), position="learned")
 
 
 def _rope_theta(hf: dict[str, Any], family: str) -> float:
     """``rope_theta`` sits at the top level in older configs, in ``rope_parameters`` in newer ones."""
-    params = hf.get("rope_parameters") or {}
-    scaling = hf.get("rope_scaling") or {}
+    params, scaling = hf.get("rope_parameters") or {}, hf.get("rope_scaling") or {}
+    for key, value in (("rope_parameters", params), ("rope_scaling", scaling)):
+        if not isinstance(value, dict):
+            raise ValueError(f"{key} must be an object or null, got {shown(value)}")
     kind = params.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
     if kind != "default":
-        raise ConfigError(f"{family} option rope_type={kind!r} (rope scaling) cannot be represented by tokformer")
-    return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+        raise ConfigError(f"{family} option rope_type={shown(kind)} (rope scaling) cannot be represented by tokformer")
+    return _positive("rope_theta", params.get("rope_theta", hf.get("rope_theta", 10000.0)))
 
 
 def _llama_fields(hf: dict[str, Any], family: str) -> dict[str, Any]:
-    d_model, n_heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
+    d_model, n_heads = _size(hf, "hidden_size"), _size(hf, "num_attention_heads")
     _refuse(hf, family, {"head_dim": lambda v: v is None or v * n_heads == d_model,
-                         "hidden_act": lambda v: v in _GATED, "qk_norm": lambda v: not v})
-    context = int(hf["max_position_embeddings"])
+                         "hidden_act": lambda v: isinstance(v, str) and v in _GATED, "qk_norm": lambda v: not v})
+    context = _size(hf, "max_position_embeddings")
     window = hf.get("sliding_window")
     if window and hf.get("use_sliding_window", True):  # Qwen2 has the switch (off by default), Mistral not
-        context = min(context, int(window))  # within one window, sliding attention is full attention
-    attention_bias = bool(hf.get("attention_bias"))
-    return dict(d_model=d_model, n_heads=n_heads, n_layers=int(hf["num_hidden_layers"]),
-                d_ff=int(hf["intermediate_size"]), context_len=context, position="rope",
-                rope_theta=_rope_theta(hf, family), norm="rms", norm_eps=float(hf["rms_norm_eps"]),
-                mlp=_GATED[hf["hidden_act"]], n_kv_heads=int(hf["num_key_value_heads"] or n_heads),
+        context = min(context, _size(hf, "sliding_window"))  # within one window, sliding attention is full attention
+    attention_bias = _flag(hf, "attention_bias")
+    return dict(d_model=d_model, n_heads=n_heads, n_layers=_size(hf, "num_hidden_layers"),
+                d_ff=_size(hf, "intermediate_size"), context_len=context, position="rope",
+                rope_theta=_rope_theta(hf, family), norm="rms", norm_eps=_positive("rms_norm_eps", hf["rms_norm_eps"]),
+                mlp=_GATED[hf["hidden_act"]], n_kv_heads=_size(hf, "num_key_value_heads", optional=True) or n_heads,
                 activation="gelu_tanh" if hf["hidden_act"] == "gelu_pytorch_tanh" else "silu",
                 qkv_bias=family == "qwen2" or attention_bias, out_bias=attention_bias and family != "qwen2",
-                mlp_bias=bool(hf.get("mlp_bias")))
+                mlp_bias=_flag(hf, "mlp_bias"))
 
 
 def family_of(cfg) -> str:
@@ -376,7 +417,10 @@ def load_hf_folder(folder: str | os.PathLike) -> tuple[Any, CausalLM]:
     """The ``lm`` task (config and tokenizer set) and the ``CausalLM`` of a local Hugging Face folder."""
     folder = Path(folder)
     hf = read_config(folder)
-    cfg = lm_config_from_hf(hf)
+    try:
+        cfg = lm_config_from_hf(hf)
+    except ConfigError as err:  # the key's name alone does not say which file to fix
+        raise ConfigError(f"{folder / 'config.json'}: {err}") from None
     tokenizer = load_tokenizer(folder, cfg.context_len)
     if tokenizer.vocab_size > cfg.embedding_rows:
         raise ConfigError(f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but the model only "
@@ -437,7 +481,13 @@ def _json_or_empty(path: Path) -> dict[str, Any]:
 
 
 def save_hf_folder(task: Any, model: CausalLM, folder: str | os.PathLike, family: str | None = None) -> Path:
-    """Write ``model`` (an ``lm`` task's) as a Hugging Face folder: config, safetensors weights, tokenizer."""
+    """Write ``model`` (an ``lm`` task's) as a Hugging Face folder: config, safetensors weights, tokenizer.
+    Another task, or a model that is not the task's, is refused before anything is written."""
+    if not isinstance(task, Task) or name_of(task) != "lm":
+        raise UsageError(f"save_hf_folder writes an lm model as a Hugging Face causal LM, not a "
+                         f"{name_of(task) if isinstance(task, Task) else type(task).__name__!r} model; "
+                         "use tokformer.save_pretrained")
+    check_model_of(task, model, "save_hf_folder")
     cfg, tokenizer = task.config, task.tokenizer
     family = family or family_of(cfg)
     if family not in FAMILIES:
