@@ -250,7 +250,13 @@ NOTES: dict[str, str] = {
         "mutants then, 328 now)."),
     "checkpoints": (
         "Its first run took 40 minutes: each of its 60 survivors ran every checkpoint test that calls the "
-        "mutated function (25-35 s each, a DDP and an FSDP full-disk test among them)."),
+        "mutated function (25-35 s each, a DDP and an FSDP full-disk test among them). "
+        "Marked (source edited since): on 2026-12-05 `checkpoint_selector` came in (a step given as an int). A "
+        "run of the new code (315 mutants, one at a time, 18:59 UTC) left 7 survivors: the 3 equivalents below and "
+        "4 in `checkpoint_selector`, for which tests/test_mutation_checkpoints.py gained a test. Two reruns after "
+        "it (a retest and a full run, 19:31 and 19:33 UTC) counted all 315 killed, the 3 equivalents too, though "
+        "each passes the module's quick-tier tests when applied by hand; the cause was not found that session, so "
+        "the record kept is this earlier one."),
     "hf": (
         "Marked (source edited since): on 2026-12-05 its import of `staged_folder` changed, from "
         "tokformer.store.atomic to tokformer.atomic (the module moved to the core), and later that day its reads "

@@ -10,11 +10,12 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from tokformer import atomic
-from tokformer.errors import CheckpointError
+from tokformer.errors import CheckpointError, UsageError
 from tokformer.store import checkpoints, steps, training_state, whole
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -183,3 +184,12 @@ def test_training_state_with_views_and_non_contiguous_tensors_round_trips(tmp_pa
     back = training_state.load_training_state(tmp_path)
     assert back["step"] == 5 and torch.equal(back["transposed"], base.t())
     assert all(torch.equal(a, b) for a, b in zip(back["rows"], state["rows"], strict=True))
+
+
+def test_a_checkpoint_selector_is_a_string_or_a_whole_step_and_nothing_else() -> None:
+    """`checkpoint=20` from Python is step "20"; a bool (an int to Python) or None is no selector."""
+    assert checkpoints.checkpoint_selector("best") == "best"
+    assert checkpoints.checkpoint_selector(20) == checkpoints.checkpoint_selector(np.int64(20)) == "20"
+    for bad in (True, None, 2.0):
+        with pytest.raises(UsageError, match=rf"got {bad!r} \({type(bad).__name__}\)"):
+            checkpoints.checkpoint_selector(bad)
