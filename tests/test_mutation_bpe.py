@@ -163,14 +163,13 @@ def test_cut_texts_encode_like_whole_ones() -> None:
 
 def test_workers_resolve_from_the_size_of_the_input(monkeypatch) -> None:
     resolve = bpe_module._resolve_workers
-    monkeypatch.setattr(bpe_module.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(bpe_module.machine, "cores", lambda: 3)  # the cores this process may use
     assert resolve(None, PARALLEL_MIN_CHARS - 1) == 1
     assert resolve(None, PARALLEL_MIN_CHARS) == 3
-    assert resolve(2, 10) == 2
-    monkeypatch.setattr(bpe_module.os, "cpu_count", lambda: None)
-    assert resolve(None, PARALLEL_MIN_CHARS) == 1
-    with pytest.raises(TokenizerError, match="num_workers must be >= 1, got 0"):
-        resolve(0, 10)
+    assert resolve(2, 10) == 2 and resolve(64, 10) == 64
+    for bad in (0, 65):
+        with pytest.raises(TokenizerError, match=f"num_workers must be between 1 and 64, got {bad}"):
+            resolve(bad, 10)
 
 
 def test_a_worker_encodes_like_the_tokenizer_and_packs_ids_unsigned() -> None:
