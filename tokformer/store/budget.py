@@ -27,9 +27,9 @@ TRAINING_BYTES_PER_PARAMETER = 16
 STORED_BYTES_PER_PARAMETER = 2
 
 
-def planned_size(build: Callable[[], nn.Module | None]) -> int | None:
-    """Parameters and buffers (elements) of the model ``build`` makes, built on the meta device;
-    None if the builder makes none or cannot run there (then the caller's other checks still apply)."""
+def on_meta(build: Callable[[], nn.Module | None]) -> nn.Module | None:
+    """The model ``build`` makes, built on the meta device (shapes only: no memory, no initialisation
+    work); None if the builder makes none or cannot run there (then the caller's other checks still apply)."""
     try:
         with torch.device("meta"):
             model = build()
@@ -37,11 +37,16 @@ def planned_size(build: Callable[[], nn.Module | None]) -> int | None:
         if "overflow" in str(e):  # a tensor past 2^63 bytes: no machine has it, and building it for real fills memory
             raise ConfigError(f"the config asks for a tensor too large to allocate ({e}); make the model smaller"
                               ) from None
-        log.debug("cannot size the model on the meta device: %s", e)
+        log.debug("cannot build the model on the meta device: %s", e)
         return None
-    if model is None:
-        return None
-    return sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+    return model if isinstance(model, nn.Module) else None
+
+
+def planned_size(build: Callable[[], nn.Module | None]) -> int | None:
+    """Parameters and buffers (elements) of the model ``build`` makes, built on the meta device
+    (:func:`on_meta`); None if it cannot be built there."""
+    model = on_meta(build)
+    return None if model is None else sum(t.numel() for t in (*model.parameters(), *model.buffers()))
 
 
 def check_against_weights(size: int | None, weight_files: list[Path], described_by: str) -> None:
