@@ -37,7 +37,7 @@ def on_meta(build: Callable[[], nn.Module | None]) -> nn.Module | None:
         if "overflow" in str(e):  # a tensor past 2^63 bytes: no machine has it, and building it for real fills memory
             raise ConfigError(f"the config asks for a tensor too large to allocate ({e}); make the model smaller"
                               ) from None
-        log.debug("cannot build the model on the meta device: %s", e)
+        log.debug("cannot size the model on the meta device: %s", e)
         return None
     return model if isinstance(model, nn.Module) else None
 
