@@ -154,6 +154,9 @@ def train_tokenizer(paths: Iterable[Path], vocab_size: int, chars: int, source: 
     return tokenizer
 
 
+ID_DTYPES = ("uint16", "uint32")  # what token_dtype gives: the only dtypes a corpus or shard record may name
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """The narrowest unsigned type holding every id: halves the file for vocabularies <= 65536."""
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
@@ -245,7 +248,7 @@ def read_meta(directory: Path) -> CorpusMeta:
     counts = (meta.tokens, meta.documents, meta.eval_start)
     if not all(type(n) is int and n >= 0 for n in counts):
         raise corrupt("a count that is not a non-negative integer")
-    if meta.dtype not in ("uint16", "uint32"):
+    if meta.dtype not in ID_DTYPES:
         raise corrupt(f"dtype {files.shown(meta.dtype)}")
     if not isinstance(meta.sources, list) or not all(isinstance(s, str) for s in meta.sources):
         raise corrupt("sources that are not a list of file names")

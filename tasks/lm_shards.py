@@ -397,7 +397,7 @@ def read_index(directory: Path) -> ShardIndex:
         raise corrupt(f"format {index.format!r}, not {FORMAT!r}")
     if index.version != VERSION:
         raise corrupt(f"version {index.version}; this tokformer reads version {VERSION}")
-    if index.dtype not in ("uint16", "uint32"):
+    if index.dtype not in lm_data.ID_DTYPES:
         raise corrupt(f"dtype {index.dtype!r}")
     if not index.shards or sum(s.tokens for s in index.shards) != index.tokens:
         raise corrupt(f"its shards do not add up to its {index.tokens} tokens")
