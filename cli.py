@@ -53,6 +53,25 @@ class FiniteRange(click.FloatRange):
         return super().convert(FINITE.convert(value, param, ctx), param, ctx)
 
 
+class Text(click.ParamType):
+    """Text typed on the command line (a prompt, a sentence, a stop string): it must be UTF-8. A shell
+    passes any bytes, and Python keeps those that are not UTF-8 as lone surrogates (``$'\\xff'`` is
+    ``'\\udcff'``), which no tokenizer or file can hold; named here, not deep in whatever reads it."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            str(value).encode("utf-8")
+        except UnicodeEncodeError as e:
+            raw = str(value)[e.start].encode("utf-8", "surrogateescape")
+            self.fail(f"not UTF-8 text: byte 0x{raw.hex()} at character {e.start}", param, ctx)
+        return str(value)
+
+
+TEXT = Text()
+
+
 class Device(click.ParamType):
     """A device name, checked as ``train`` checks it (``bogus``, or ``cuda`` without a GPU, is one line
     before anything is loaded); the command gets the name."""
@@ -431,7 +450,7 @@ def evaluate_command(run_dir: str, data: str | None, checkpoint: str, device: st
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--top-k", type=POSITIVE, default=None,
               help="classify, graph: how many classes to show per input [default: 5].")
-@click.option("--prompt", default=None, metavar="TEXT",
+@click.option("--prompt", type=TEXT, default=None, metavar="TEXT",
               help="vqa: the question asked about every image [default: none, the model describes it].")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or mps.")
@@ -464,13 +483,16 @@ def predict(run_dir: str, inputs: tuple[str, ...], top_k: int | None, prompt: st
 
 @main.command(context_settings=CONTEXT)
 @click.argument("run_dir")
-@click.option("-p", "--prompt", "prompts", multiple=True, metavar="TEXT",
+@click.option("-p", "--prompt", "prompts", type=TEXT, multiple=True, metavar="TEXT",
               help="Text to continue (repeatable: prompts run as one batch) [default: one empty prompt].")
-@click.option("-n", "--max-new-tokens", type=int, default=128, show_default=True, help="Most tokens per prompt.")
-@click.option("-t", "--temperature", type=FINITE, default=0.8, show_default=True, help="0 = greedy decoding.")
-@click.option("--top-k", type=int, default=None, help="Sample among the K most likely tokens only.")
-@click.option("--top-p", type=FINITE, default=None, help="Sample within the nucleus of probability mass P only.")
-@click.option("--stop", "stops", multiple=True, metavar="TEXT", help="End a continuation at this text (repeatable).")
+@click.option("-n", "--max-new-tokens", type=POSITIVE, default=128, show_default=True, help="Most tokens per prompt.")
+@click.option("-t", "--temperature", type=FiniteRange(min=0.0), default=0.8, show_default=True,
+              help="0 = greedy decoding.")
+@click.option("--top-k", type=POSITIVE, default=None, help="Sample among the K most likely tokens only.")
+@click.option("--top-p", type=FiniteRange(0.0, 1.0, min_open=True), default=None,
+              help="Sample within the nucleus of probability mass P only.")
+@click.option("--stop", "stops", type=TEXT, multiple=True, metavar="TEXT",
+              help="End a continuation at this text (repeatable).")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="Sampling seed.")
 @click.option("--no-cache", is_flag=True, help="Recompute the whole sequence per token (slow; for checking).")
 @click.option("--checkpoint", default="best", show_default=True, help="best, latest, or a step number.")
@@ -517,7 +539,7 @@ def generate(run_dir: str, prompts: tuple[str, ...], max_new_tokens: int, temper
 
 @main.command("translate", context_settings=CONTEXT)
 @click.argument("run_dir")
-@click.argument("sentence", required=False)
+@click.argument("sentence", type=TEXT, required=False)
 @click.option("--file", "in_file", metavar="FILE", help="Translate this UTF-8 file, one sentence per line.")
 @click.option("-o", "--out", "out_file", metavar="FILE", help="With --file: write translations here [default: stdout].")
 @click.option("--overwrite", is_flag=True, help="Replace --out's FILE if it exists (never the --file translated).")
@@ -626,9 +648,10 @@ def tokenizer() -> None:
 @click.option("--data", "data", multiple=True, required=True, metavar="FILE", help="UTF-8 text file (repeatable).")
 @click.option("--vocab-size", type=POSITIVE, required=True, help="Vocabulary size, specials and 256 bytes included.")
 @click.option("-o", "--out", required=True, metavar="DIR", help="Directory to save the tokenizer to.")
-@click.option("--pattern", default="gpt2", show_default=True, help="Pre-tokenization: gpt2, cl100k or a regex.")
+@click.option("--pattern", type=TEXT, default="gpt2", show_default=True,
+              help="Pre-tokenization: gpt2, cl100k or a regex.")
 @click.option("--min-frequency", type=int, default=0, show_default=True, help="Stop below this pair count.")
-@click.option("--special-token", "special_tokens", multiple=True, metavar="TOKEN",
+@click.option("--special-token", "special_tokens", type=TEXT, multiple=True, metavar="TOKEN",
               help="Special token (repeatable) [default: <|endoftext|>, which `train lm` needs between documents].")
 @click.option("--no-special-tokens", is_flag=True, help="No special tokens at all (not even <|endoftext|>).")
 @click.option("--overwrite", is_flag=True, help="Replace the tokenizer already saved in --out.")
@@ -656,7 +679,7 @@ def tokenizer_train(data: tuple[str, ...], vocab_size: int, out: str, pattern: s
 
 @tokenizer.command("encode", context_settings=CONTEXT)
 @click.option("--tokenizer", "directory", required=True, metavar="DIR", help="A saved tokenizer directory.")
-@click.argument("text", required=False)
+@click.argument("text", type=TEXT, required=False)
 @click.option("--file", "file", metavar="FILE", help="Encode this UTF-8 file instead of TEXT.")
 @click.option("--allow-special", is_flag=True, help="Treat special-token strings in the input as special tokens.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
@@ -737,7 +760,7 @@ def vqa() -> None:
 @vqa.command("attention", context_settings=CONTEXT)
 @click.argument("run_dir")
 @click.argument("image")
-@click.argument("questions", nargs=-1, required=True)
+@click.argument("questions", type=TEXT, nargs=-1, required=True)
 @click.option("-o", "--out", default="attention.png", show_default=True, metavar="FILE", help="The figure (PNG).")
 @click.option("--layer", type=int, default=-1, show_default=True, help="Which block's attention (-1: the last).")
 @click.option("--overwrite", is_flag=True, help="Replace FILE if it exists.")

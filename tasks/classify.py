@@ -59,7 +59,7 @@ from tokformer.losses import label_smoothing_cross_entropy
 from tokformer.metrics import topk_correct
 from tokformer.tasks import image_baselines, image_data
 from tokformer.tasks.display import show_ranked
-from tokformer.tokenizers.image import ImagePatchTokenizer
+from tokformer.tokenizers.image import ImagePatchTokenizer, is_one_image
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
 from tokformer.tokenizers.registry import load_tokenizer
 
@@ -354,6 +354,9 @@ class ClassifyTask(Task):
             for idx, val in zip(top.indices, top.values, strict=True)
         ]
 
+    def is_one_input(self, value: Any) -> bool:
+        return super().is_one_input(value) or is_one_image(value)
+
     def show_prediction(self, source: str, prediction: list[tuple[str, float]]) -> str:
         return show_ranked(source, prediction)
 
@@ -395,8 +398,10 @@ def plot_confusion(counts: Tensor, classes: list[str], path: Path) -> None:
 
 
 def predict(source: str | os.PathLike | Predictor, images: Sequence[Any], *, top_k: int = 5,
-            checkpoint: str = "best", device: str = "cpu") -> list[list[tuple[str, float]]]:
+            checkpoint: str = "best", device: str = "cpu") -> list[list[tuple[str, float]]] | list[tuple[str, float]]:
     """Top ``top_k`` (class, probability) per image: the Python form of ``tokformer predict``.
+    ``images`` are paths, PIL images or ``[C, H, W]`` tensors, or a ``[B, C, H, W]`` batch; a single
+    image (a path, a PIL image, a ``[C, H, W]`` tensor) gives its pairs alone, not a list of them.
 
     ``source`` is a classify run directory (weights of ``checkpoint``), a model folder, or the
     :class:`~tokformer.engine.Predictor` of ``tokformer.load(path)``: load once and

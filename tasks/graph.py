@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import networkx as nx
 import torch
@@ -284,6 +284,9 @@ class GraphTask(Task):
         top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
         return [[(self.classes[i], p) for i, p in zip(idx, ps, strict=True)]
                 for idx, ps in zip(top.indices.tolist(), top.values.tolist(), strict=True)]
+
+    def is_one_input(self, value: Any) -> bool:
+        return super().is_one_input(value) or isinstance(value, nx.Graph)
 
     def show_prediction(self, source: str, prediction: list[tuple[str, float]]) -> str:
         return show_ranked(source, prediction)

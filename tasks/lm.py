@@ -45,6 +45,7 @@ from tokformer.engine import (
     help_text,
     load_model,
     local,
+    positive_count,
     read_json_object,
     register_task,
     saved_task_name,
@@ -484,8 +485,7 @@ def generate_text(
     texts = [prompts] if isinstance(prompts, str) else list(prompts)
     if not texts:
         raise UsageError("give at least one prompt")
-    if max_new_tokens <= 0:
-        raise UsageError(f"max_new_tokens must be positive, got {max_new_tokens}")
+    max_new_tokens = positive_count("max_new_tokens", max_new_tokens)  # None or 2.5 failed deep in the loop
     try:
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
     except ValueError as err:

@@ -385,13 +385,14 @@ def load_translator(source: str | os.PathLike | Predictor, checkpoint: str = "be
 def translate(run_dir_or_model: str | os.PathLike | Predictor, sentences: Sequence[str], *,
               beam_size: int | None = None, length_penalty: float | None = None, batch_size: int = 64,
               checkpoint: str = "best", device: str = "cpu",
-              on_batch: Callable[[int], None] | None = None) -> list[str]:
+              on_batch: Callable[[int], None] | None = None) -> list[str] | str:
     """Translate sentences with a trained run; the Python form of ``tokformer translate``.
 
     Args:
         run_dir_or_model: a run directory of ``tokformer train translate``, a model folder, or the
             Predictor of ``tokformer.load(path)`` (load once for repeated calls).
-        sentences: source sentences, one per item.
+        sentences: source sentences, one per item; a single string is one sentence, whose
+            translation is returned alone (a string, not a list).
         beam_size: 1 is greedy decoding, 1024 the most; default: the run's ``beam_size`` (4).
         length_penalty: alpha of score / length**alpha, -10 to 10; default: the run's (1.0).
         batch_size: sentences decoded together.

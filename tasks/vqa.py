@@ -23,7 +23,7 @@ import dataclasses
 import json
 import os
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -57,7 +57,7 @@ from tokformer.sampling import SamplingConfig
 from tokformer.tasks import vqa_data
 from tokformer.tasks.birds.models import LEARNED_POSITION_STD
 from tokformer.tokenizers.bpe import BPETokenizer
-from tokformer.tokenizers.image import ImagePatchTokenizer, open_image
+from tokformer.tokenizers.image import ImagePatchTokenizer, is_one_image
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
 from tokformer.tokenizers.registry import load_tokenizer
 from tokformer.vision_language import VisionLanguageModel, generate_answers
@@ -185,8 +185,11 @@ class QuestionOnly:
 
 
 class Examples(Dataset):
-    def __init__(self, examples: list[Example]) -> None:
-        self.examples = examples
+    """Examples; a user's image files are read when used, by ``load`` (the image tokenizer's: at the
+    model's size, so a batch never holds the files at their full size)."""
+
+    def __init__(self, examples: list[Example], load: Callable[[Path], Any]) -> None:
+        self.examples, self.load = examples, load
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -194,7 +197,7 @@ class Examples(Dataset):
     def __getitem__(self, i: int) -> Example:
         example = self.examples[i]
         if isinstance(example.image, Path):  # user data: read when used
-            return Example(open_image(example.image), example.question, example.answer)
+            return dataclasses.replace(example, image=self.load(example.image))
         return example
 
 
@@ -260,11 +263,13 @@ class VQATask(Task):
             if c.builtin:
                 check_builtin_fits(c)
                 n, split = (c.train_size, "train") if which == "train" else (c.eval_size, "test")
-                self._splits[which] = Examples(builtin_examples(n, c.data_seed, split, c.image_size))
+                self._splits[which] = Examples(builtin_examples(n, c.data_seed, split, c.image_size),
+                                                  self.image_tokenizer.read_at_size)
             else:
                 records = vqa_data.read_folder(c.data, c.val_fraction, c.data_seed)
                 train, evals = ([Example(r.image, r.question, r.answer) for r in part] for part in records)
-                self._splits |= {"train": Examples(train), "eval": Examples(evals)}
+                load = self.image_tokenizer.read_at_size
+                self._splits |= {"train": Examples(train, load), "eval": Examples(evals, load)}
         return self._splits[which]
 
     def train_dataset(self) -> Examples:
@@ -280,7 +285,8 @@ class VQATask(Task):
     def eval_data(self, data: str, workdir: Path, dist: Dist) -> Examples:
         """Every example of a JSONL file, or of a folder's evaluation split (its ``val``/``test``
         folder when it has ``train`` too, else all its ``*.jsonl``): ``tokformer evaluate RUN --data``."""
-        return Examples([Example(r.image, r.question, r.answer) for r in vqa_data.read_eval(data)])
+        return Examples([Example(r.image, r.question, r.answer) for r in vqa_data.read_eval(data)],
+                        self.image_tokenizer.read_at_size)
 
     def question_only(self) -> QuestionOnly:
         """The question-only baseline: read with the model, else fitted on the training split."""
@@ -432,6 +438,9 @@ class VQATask(Task):
         padding (an undertrained model printed a raw ``<|bos|>``)."""
         return [self.text_tokenizer().special_tokens[t] for t in (BOS, PAD)]
 
+    def is_one_input(self, value: Any) -> bool:
+        return super().is_one_input(value) or is_one_image(value)
+
     def show_prediction(self, source: str, prediction: str) -> str:
         return prediction
 
@@ -468,8 +477,9 @@ def _breakdown(exact: Tensor, batch: dict[str, Any]) -> dict[str, tuple[Tensor, 
 
 
 def answer(source: str | os.PathLike | Predictor, images: Sequence[Any], question: str = "", *,
-           checkpoint: str = "best", device: str = "cpu") -> list[str]:
-    """Answers to ``question`` about each image: the Python form of ``tokformer predict RUN --prompt``."""
+           checkpoint: str = "best", device: str = "cpu") -> list[str] | str:
+    """Answers to ``question`` about each image: the Python form of ``tokformer predict RUN --prompt``.
+    A single image (a path, a PIL image, a ``[3, H, W]`` tensor) gets its answer alone, not a list."""
     predictor = source if isinstance(source, Predictor) else load(source, checkpoint, device)
     if not isinstance(predictor.task, VQATask):
         raise ConfigError("the model is not a vqa model")

@@ -202,6 +202,14 @@ def catalogued_tests(catalogue: str) -> list[tuple[str | None, str]]:
     return named
 
 
+def test_the_reliability_catalogue_counts_its_entries_and_groups() -> None:
+    """The headline count was written once (93) and stood while rows were added (146 by session 58)."""
+    catalogue = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| [A-Z]\d+ \|", catalogue, re.M)
+    groups = re.findall(r"^## ", catalogue, re.M)
+    assert f"**{len(rows)} entries** in {len(groups)} groups." in catalogue
+
+
 def test_every_test_the_reliability_catalogue_names_exists() -> None:
     """A renamed test must not leave the catalogue pointing at nothing: a row then claims a check no one runs."""
     named = catalogued_tests((ROOT / "docs" / "reliability.md").read_text(encoding="utf-8"))

@@ -67,6 +67,13 @@ CASES = [
     ("llama", "rope_parameters", {"rope_type": "default", "rope_theta": None}, f"rope_theta {POSITIVE} None"),
     ("llama", "rope_parameters", 3, "rope_parameters must be an object or null, got 3"),
     ("llama", "attention_bias", "no", "attention_bias must be true or false, got 'no'"),
+    # switches tokformer represents one way only: "false" was read as true (scaled attention accepted)
+    ("gpt2", "scale_attn_weights", "false", "scale_attn_weights must be true or false, got 'false'"),
+    ("gpt2", "add_cross_attention", 0, "add_cross_attention must be true or false, got 0"),
+    ("llama", "qk_norm", "off", "qk_norm must be true or false, got 'off'"),
+    ("llama", "use_sliding_window", "false", "use_sliding_window must be true or false, got 'false'"),
+    ("llama", "sliding_window", "8", f"sliding_window {WHOLE} '8'"),
+    ("llama", "head_dim", "8", f"head_dim {WHOLE} '8'"),
 ]
 
 
@@ -97,3 +104,25 @@ def test_generate_with_a_bad_config_value_is_one_line_exit_2(folders, tmp_path, 
 def test_nulls_that_mean_the_default_and_whole_floats_still_load(folders, tmp_path, family, changes) -> None:
     task, _ = hf.load_hf_folder(edited(folders, family, tmp_path, **changes))
     assert task.config.n_layers == 1
+
+
+@pytest.mark.parametrize(("changes", "context"), [
+    ({"sliding_window": 8}, 8),  # Mistral's way: a window is on whenever it is set
+    ({"sliding_window": 8, "use_sliding_window": True}, 8),
+    ({"sliding_window": 8, "use_sliding_window": False}, 24),  # Qwen2's switch, off
+    ({"sliding_window": 8, "use_sliding_window": None}, 24),  # null: off, as transformers reads it
+    ({"sliding_window": None}, 24),
+    ({"head_dim": 8.0, "qk_norm": False}, 24),  # hidden_size / heads, and the switch off: representable
+])
+def test_a_sliding_window_caps_the_context_only_where_it_is_on(folders, tmp_path, changes, context) -> None:
+    task, _ = hf.load_hf_folder(edited(folders, "llama", tmp_path, **changes))
+    assert task.config.context_len == context
+
+
+@pytest.mark.parametrize(("family", "key", "value"), [("gpt2", "scale_attn_weights", False),
+                                                      ("gpt2", "scale_attn_by_inverse_layer_idx", True),
+                                                      ("llama", "qk_norm", True), ("llama", "head_dim", 16)])
+def test_a_well_typed_option_tokformer_cannot_represent_is_refused_by_name(folders, tmp_path, family, key,
+                                                                          value) -> None:
+    with pytest.raises(ConfigError, match=f"{family} option {key}={value!r} cannot be represented by tokformer"):
+        hf.load_hf_folder(edited(folders, family, tmp_path, **{key: value}))

@@ -94,6 +94,22 @@ def test_a_single_string_or_path_is_one_input_and_gives_its_prediction(runs, pic
     assert isinstance(classifier(picture)[0], tuple)
 
 
+def test_a_single_image_or_graph_is_one_input_and_a_batch_tensor_is_a_batch(runs, picture) -> None:
+    """An image given alone was iterated: a ``[3, H, W]`` tensor gave one prediction per channel (three
+    grey pictures), a PIL image was ``TypeError: 'Image' object is not iterable``, and a graph was
+    taken node by node."""
+    classifier = tokformer.load(runs["classify"])
+    image = Image.open(picture)
+    pixels = torch.from_numpy(np.asarray(image)).permute(2, 0, 1)  # [3, H, W] uint8
+    assert classifier(image) == classifier(pixels) == classifier([pixels])[0] == classifier(picture)
+    assert classifier(pixels[0]) == classifier([pixels[0]])[0]  # [H, W]: one grey picture
+    batch = torch.stack([pixels, pixels.flip(-1)])  # [2, 3, H, W]
+    assert classifier(batch) == classifier([pixels, pixels.flip(-1)])
+    graphs = tokformer.load(runs["graph"])
+    cycle = nx.cycle_graph(5)
+    assert graphs(cycle) == graphs([cycle])[0] and isinstance(graphs(cycle)[0], tuple)
+
+
 def test_sort_refuses_numbers_that_are_not_whole_naming_them(runs) -> None:
     """``[[1.5, 2]]`` was sorted as ``[1, 2]`` (``int()`` truncated it) and ``True`` counted as 1; a flat
     ``[3, 1, 2]`` given as the inputs was ``TypeError: 'int' object is not iterable``."""

@@ -116,8 +116,9 @@ def test_bad_arguments_are_usage_errors(lm):
         generate_text(lm, [], max_new_tokens=4)
     with pytest.raises(UsageError, match="temperature"):
         generate_text(lm, "x", temperature=-1)
-    with pytest.raises(UsageError, match="max_new_tokens"):
-        generate_text(lm, "x", max_new_tokens=0)
+    for bad in (0, None, 2.5, True):  # None and 2.5 were TypeErrors deep in the loop (also through a Predictor)
+        with pytest.raises(UsageError, match=f"max_new_tokens must be a whole number of at least 1, got {bad!r}"):
+            generate_text(lm, "x", max_new_tokens=bad)
 
 
 class UniformLM(nn.Module):

@@ -17,6 +17,7 @@ import tokformer
 from tokformer.engine import train
 from tokformer.errors import ConfigError, UsageError
 from tokformer.runtime.config import TrainConfig
+from tokformer.runtime.task import Task
 from tokformer.store import loader
 from tokformer.tasks.sort import SortTask
 
@@ -81,6 +82,8 @@ def test_a_predictor_refuses_an_option_its_task_does_not_take_naming_what_it_tak
 class Echo:
     """A task stand-in whose predict reports the options it got."""
 
+    is_one_input = Task.is_one_input
+
     def predict(self, model, inputs, top_k: int = 5, **more):
         return [(x, top_k, more) for x in inputs]
 
@@ -93,6 +96,8 @@ def test_a_predictor_passes_options_on_and_any_to_a_task_that_takes_any() -> Non
 
 class TopK:
     """A task stand-in with one option of its own and no catch-all."""
+
+    is_one_input = Task.is_one_input
 
     def predict(self, model, inputs, top_k: int = 5):
         return [(x, top_k) for x in inputs]

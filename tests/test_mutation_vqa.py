@@ -31,9 +31,10 @@ def test_the_saved_baseline_is_plain_utf8_one_entry_a_line(tmp_path) -> None:
 def test_baseline_shares_are_fractions_of_the_evaluation_set() -> None:
     task = VQATask(VQAConfig(image_size=32, patch_size=8, tokenizer="linear", vocab_size=300))
     task._question_only = QuestionOnly({"q1": "a"}, {}, "a")
-    one = task.baselines(Examples([Example(IMAGE, "q1", "a")]))
+    one = task.baselines(Examples([Example(IMAGE, "q1", "a")], task.image_tokenizer.read_at_size))
     assert one["question only (most frequent answer to it)"]["exact"] == 1.0
-    three = task.baselines(Examples([Example(IMAGE, "q1", "a"), Example(IMAGE, "q2", "b"), Example(IMAGE, "q3", "c")]))
+    three = task.baselines(Examples([Example(IMAGE, "q1", "a"), Example(IMAGE, "q2", "b"), Example(IMAGE, "q3", "c")],
+                                      task.image_tokenizer.read_at_size))
     assert three["most frequent answer"]["exact"] == 1 / 3
 
 

@@ -133,8 +133,9 @@ def test_the_question_only_baseline_answers_from_the_training_answers() -> None:
              Example(image, "q2", "d", "same"),  # q2's answer, c: wrong
              Example(image, "q9", "c", "same"),  # an unseen question: its type's answer, c: right
              Example(image, "q9", "a", "presence")]  # an unseen type: the overall answer, a (first of a, c): right
-    task._splits = {"train": Examples(train_set), "eval": Examples(evals)}
-    result = task.baselines(Examples(evals))
+    load = task.image_tokenizer.read_at_size
+    task._splits = {"train": Examples(train_set, load), "eval": Examples(evals, load)}
+    result = task.baselines(Examples(evals, load))
     assert result["question only (most frequent answer to it)"]["exact"] == 3 / 4
     assert result["most frequent answer"]["exact"] == 2 / 4  # a, for everything
 
@@ -355,6 +356,27 @@ def test_a_jsonl_folder_trains_and_evaluates(tmp_path) -> None:
     assert again.exit_code == 0, again.output
     moved = json.loads(again.output.splitlines()[-1])
     assert moved["baselines"] == report["baselines"] and moved["metrics"]["exact"] == report["metrics"]["exact"]
+
+
+@pytest.mark.parametrize("tokenizer", ["linear", "local"])
+def test_a_users_large_images_are_read_at_the_models_size_with_the_tokens_of_the_whole_image(tmp_path,
+                                                                                            tokenizer) -> None:
+    """A dataset item holds the picture at the model's size, not the file's (a batch of 32 photos of
+    5700² pixels held 3 GB before the batch resized them), and its tokens are exactly those of the
+    whole image given to the tokenizer."""
+    rng = np.random.default_rng(0)
+    sizes = [(400, 300), (96, 520), (32, 32)]  # (width, height): larger, another shape, the model's own
+    for i, size in enumerate(sizes):
+        Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
+    lines = [json.dumps({"image": f"{i}.png", "question": "what?", "answer": "this"}) for i in range(len(sizes))]
+    (tmp_path / "eval.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    task = tiny_task(tokenizer=tokenizer)
+    dataset = task.eval_data(str(tmp_path / "eval.jsonl"), tmp_path / "work", None)
+    items = [dataset[i] for i in range(len(dataset))]
+    assert [tuple(item.image.shape) for item in items] == [(3, 32, 32)] * len(sizes)
+    pictures = [Image.open(tmp_path / f"{i}.png") for i in range(len(sizes))]
+    read, whole = task.collate(items, False)["image"], task.image_tokenizer.batch(pictures)
+    assert torch.equal(read.features, whole.features) and torch.equal(read.positions, whole.positions)
 
 
 def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path) -> None:

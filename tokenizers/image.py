@@ -395,19 +395,34 @@ class ImagePatchTokenizer(Tokenizer):
             return TF.rgb_to_grayscale(image[:3])
         raise DataError(f"cannot turn a {c}-channel image into {self.channels} channels")
 
+    def read_at_size(self, sample: Any) -> Tensor:
+        """One sample (as :meth:`to_tensor` takes it) at the model's size: float ``[C, H', W']`` in [0, 1],
+        not yet normalised, which :meth:`batch` then takes as it would the sample itself (the same numbers).
+
+        For a dataset to return: a batch of files read whole holds every image at its full size until the
+        batch is resized (32 photos of 5700² pixels held 3 GB), where this holds one at a time."""
+        return self._resize(self.to_tensor(sample))
+
     def preprocess(self, image: Tensor) -> Tensor:
         """``[..., C, H, W]`` in [0, 1] -> resized, normalised, patch-aligned ``[..., C, H', W']``."""
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms.v2 import functional as TF  # torchvision: ~1 s to import, only when used
+        image = self._resize(image)
+        if self.mean is not None:
+            image = TF.normalize(image, list(self.mean), list(self.std))
+        return self._align(image, InterpolationMode(self.interpolation))
+
+    def _resize(self, image: Tensor) -> Tensor:
+        """``[..., C, H, W]`` -> ``[..., C, *image_size]`` when the tokenizer resizes (else as it is)."""
         from torchvision.transforms import InterpolationMode
         from torchvision.transforms.v2 import functional as TF  # torchvision: ~1 s to import, only when used
         h, w = image.shape[-2:]
         if h == 0 or w == 0:
             raise DataError(f"image of {h}x{w} pixels has no pixels")
-        mode = InterpolationMode(self.interpolation)
-        if self.resize and tuple(image.shape[-2:]) != self.image_size:
+        if self.resize and (h, w) != self.image_size:
+            mode = InterpolationMode(self.interpolation)
             image = TF.resize(image, list(self.image_size), interpolation=mode, antialias=True)
-        if self.mean is not None:
-            image = TF.normalize(image, list(self.mean), list(self.std))
-        return self._align(image, mode)
+        return image
 
     def _align(self, image: Tensor, mode: InterpolationMode) -> Tensor:
         from torchvision.transforms.v2 import functional as TF  # torchvision: ~1 s to import, only when used
@@ -471,6 +486,12 @@ class ImagePatchTokenizer(Tokenizer):
         batch = pad_features([s.features[0] for s in singles], [s.positions[0] for s in singles])
         batch.extras["grid"] = torch.cat([s.extras["grid"] for s in singles])
         return batch
+
+
+def is_one_image(value: Any) -> bool:
+    """An image, not a batch of them: a PIL image, or a ``[C, H, W]`` or ``[H, W]`` tensor (as
+    :meth:`ImagePatchTokenizer.to_tensor` takes one). A ``[B, C, H, W]`` tensor is a batch."""
+    return isinstance(value, Image.Image) or (isinstance(value, Tensor) and value.dim() in (2, 3))
 
 
 #: The most pixels an image file may decode to (33.5 million: an 8K frame fits; as float RGB about

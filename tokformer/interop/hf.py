@@ -205,10 +205,18 @@ def _refuse(hf: dict[str, Any], family: str, checks: dict[str, Callable[[Any], b
             raise ConfigError(f"{family} option {key}={hf[key]!r} cannot be represented by tokformer")
 
 
+def _refuse_switches(hf: dict[str, Any], family: str, *, on: tuple[str, ...] = (), off: tuple[str, ...] = ()) -> None:
+    """Switches tokformer represents only ``on`` (or only ``off``), where the config sets them; each is
+    read by :func:`_flag`, so ``"false"`` is refused as no switch rather than taken as true."""
+    for key in on + off:
+        if key in hf and _flag(hf, key) != (key in on):
+            raise ConfigError(f"{family} option {key}={hf[key]!r} cannot be represented by tokformer")
+
+
 def _gpt2_fields(hf: dict[str, Any]) -> dict[str, Any]:
-    _refuse(hf, "gpt2", {"scale_attn_weights": bool, "scale_attn_by_inverse_layer_idx": lambda v: not v,
-                         "add_cross_attention": lambda v: not v,
-                         "activation_function": lambda v: isinstance(v, str) and v in _GPT2_ACTIVATIONS})
+    _refuse_switches(hf, "gpt2", on=("scale_attn_weights",),
+                     off=("scale_attn_by_inverse_layer_idx", "add_cross_attention"))
+    _refuse(hf, "gpt2", {"activation_function": lambda v: isinstance(v, str) and v in _GPT2_ACTIVATIONS})
     d_model = _size(hf, "n_embd")
     return dict(d_model=d_model, n_heads=_size(hf, "n_head"), n_layers=_size(hf, "n_layer"),
                 d_ff=_size(hf, "n_inner", optional=True) or 4 * d_model, context_len=_size(hf, "n_positions"),
@@ -230,12 +238,16 @@ def _rope_theta(hf: dict[str, Any], family: str) -> float:
 
 def _llama_fields(hf: dict[str, Any], family: str) -> dict[str, Any]:
     d_model, n_heads = _size(hf, "hidden_size"), _size(hf, "num_attention_heads")
-    _refuse(hf, family, {"head_dim": lambda v: v is None or v * n_heads == d_model,
-                         "hidden_act": lambda v: isinstance(v, str) and v in _GATED, "qk_norm": lambda v: not v})
+    _refuse_switches(hf, family, off=("qk_norm",))
+    _refuse(hf, family, {"hidden_act": lambda v: isinstance(v, str) and v in _GATED})
+    if "head_dim" in hf and _size(hf, "head_dim", optional=True) not in (None, d_model / n_heads):
+        raise ConfigError(f"{family} option head_dim={hf['head_dim']!r} cannot be represented by tokformer")
     context = _size(hf, "max_position_embeddings")
-    window = hf.get("sliding_window")
-    if window and hf.get("use_sliding_window", True):  # Qwen2 has the switch (off by default), Mistral not
-        context = min(context, _size(hf, "sliding_window"))  # within one window, sliding attention is full attention
+    # Qwen2 has the switch (off by default), Mistral not (on whenever a window is set)
+    sliding = _flag(hf, "use_sliding_window") if "use_sliding_window" in hf else True
+    window = _size(hf, "sliding_window", optional=True) if sliding and "sliding_window" in hf else None
+    if window is not None:
+        context = min(context, window)  # within one window, sliding attention is full attention
     attention_bias = _flag(hf, "attention_bias")
     return dict(d_model=d_model, n_heads=n_heads, n_layers=_size(hf, "num_hidden_layers"),
                 d_ff=_size(hf, "intermediate_size"), context_len=context, position="rope",

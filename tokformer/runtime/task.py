@@ -7,6 +7,7 @@ resume). See docs/engine.md for a worked example.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,6 +186,13 @@ class Task:
         and ``tokformer.load(path)``. ``model`` is in eval mode; ``options`` are the task's own
         (``top_k``, ``beam_size``...). Inputs given as command-line strings must be accepted."""
         raise NotImplementedError(f"task {type(self).__name__} has no predict")
+
+    def is_one_input(self, value: Any) -> bool:
+        """Whether ``value``, given to a :class:`~tokformer.engine.Predictor` in place of a sequence of
+        inputs, is one input (its prediction is returned alone): a string or path for every task; a
+        task whose inputs are other objects (an image, a graph) adds those, which iterated would be
+        taken apart (a ``[C, H, W]`` image into its channels, a graph into its nodes)."""
+        return isinstance(value, str | os.PathLike)
 
     def show_prediction(self, source: str, prediction: Any) -> str:
         """The line ``tokformer predict`` prints for the command-line input ``source``."""

@@ -138,16 +138,16 @@ class Predictor:
     ``predictor(inputs, **options)`` is ``task.predict(model, inputs, **options)``: one
     prediction per input (digits for sort, an image or its path for classify, a prompt for lm,
     a sentence for translate, a graph or its file for graph); ``options`` are the task's own
-    (``top_k``, ``beam_size``, ``max_new_tokens``...). A single string or path is one input, and
-    gives that input's prediction, not a list (as a Hugging Face pipeline does): iterated, it
-    was its characters, each taken for an input.
+    (``top_k``, ``beam_size``, ``max_new_tokens``...). A single input (a string or path, an image,
+    a graph: :meth:`Task.is_one_input`) gives that input's prediction, not a list (as a Hugging Face
+    pipeline does): iterated, a string was its characters, each taken for an input.
     """
 
     task: Task
     model: nn.Module
 
     def __call__(self, inputs: Sequence[Any] | str | os.PathLike, **options: Any) -> Any:
-        """One prediction per input (one prediction for a single string or path); an option the task
+        """One prediction per input (one prediction for a single input); an option the task
         does not take, or a count option that is no whole number of at least 1, is a one-line UsageError."""
         accepted = {name: p for name, p in inspect.signature(self.task.predict).parameters.items()
                     if name not in ("model", "inputs")}
@@ -157,7 +157,7 @@ class Predictor:
             raise UsageError(f"task {name_of(self.task)!r} has no predict option {unknown[0]!r}; "
                              f"it takes {', '.join(accepted) or 'none'}")
         check_counts(options, accepted)
-        if isinstance(inputs, (str, os.PathLike)):
+        if self.task.is_one_input(inputs):
             return self.task.predict(self.model, [inputs], **options)[0]
         return self.task.predict(self.model, list(inputs), **options)
 
