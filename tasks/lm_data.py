@@ -255,10 +255,8 @@ def read_meta(directory: Path) -> CorpusMeta:
     if not meta.documents <= meta.tokens or not meta.eval_start <= meta.tokens:
         raise corrupt(f"{meta.documents} documents and a held-out split from id {meta.eval_start} "
                       f"in {meta.tokens} ids")
-    ids = files.regular(directory / CORPUS_FILE)
-    size = ids.stat().st_size if ids.is_file() else None
-    if size != meta.tokens * np.dtype(meta.dtype).itemsize:
-        found = "missing" if size is None else f"{size} bytes"
+    found = files.wrong_size(files.regular(directory / CORPUS_FILE), meta.tokens * np.dtype(meta.dtype).itemsize)
+    if found is not None:
         raise corrupt(f"{CORPUS_FILE} should hold {meta.tokens} {meta.dtype} ids, found {found}")
     return meta
 

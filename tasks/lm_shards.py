@@ -42,7 +42,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tokformer import machine
+from tokformer import files, machine
 from tokformer.engine import (
     LOGGER,
     TOKENIZER_DIR,
@@ -404,9 +404,9 @@ def read_index(directory: Path) -> ShardIndex:
     itemsize = np.dtype(index.dtype).itemsize
     for shard in index.shards:
         file = inside(directory, shard.file, f"{directory / INDEX_FILE}: shard file", DataError)
-        size = file.stat().st_size if file.is_file() else None
-        if Path(shard.file).name != shard.file or size != shard.tokens * itemsize:
-            found = "missing" if size is None else f"{size} bytes"
+        if Path(shard.file).name != shard.file:  # shards sit beside the index, never in a subfolder
+            raise corrupt(f"shard file {shard.file!r} is not a file name")
+        if (found := files.wrong_size(file, shard.tokens * itemsize)) is not None:
             raise corrupt(f"{shard.file} should hold {shard.tokens * itemsize} bytes, found {found}")
     if tokenizer_fingerprint(directory) != index.tokenizer_sha256:
         raise corrupt(f"{directory / TOKENIZER_DIR} is not the tokenizer the ids were made with")

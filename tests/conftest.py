@@ -41,6 +41,14 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _scratch_for_subprocesses(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The temporary directory of every process a test starts, inside pytest's own (kept for the last
+    three sessions, then removed): torchrun leaves a ``torchelastic_*`` folder in ``$TMPDIR`` per job,
+    800 of them in /tmp per CI run, and a process a test kills cannot remove its scratch."""
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmpdir"))
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)

@@ -284,6 +284,8 @@ CORRUPTIONS = {
     "truncated shard": (lambda d: (d / "shard-00001.bin").write_bytes(b"\0\0"), "found 2 bytes"),
     "missing shard": (lambda d: (d / "shard-00001.bin").unlink(), "found missing"),
     "path escape": (lambda d: edit_index(d, shards=[{"file": "../x.bin", "tokens": 1}], tokens=1), "x.bin"),
+    "shard in a subfolder": (lambda d: edit_index(d, shards=[{"file": "tokenizer/vocab.json", "tokens": 1}], tokens=1),
+                             "shard file 'tokenizer/vocab.json' is not a file name"),
     "edited tokenizer": (lambda d: (d / "tokenizer" / "tokenizer_config.json").write_text(
         (d / "tokenizer" / "tokenizer_config.json").read_text().replace("1024", "2048")), "not the tokenizer"),
 }

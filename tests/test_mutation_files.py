@@ -155,3 +155,12 @@ def test_some_of_shows_the_first_three_names_and_marks_more() -> None:
     assert files.some_of(["a", "b", "c"]) == "a, b, c"
     assert files.some_of(["a", "b", "c", "d"]) == "a, b, c ..."
     assert files.some_of(["a", "b"], shown=1) == "a ..."
+
+
+def test_a_data_file_of_the_wrong_size_says_what_is_there(tmp_path) -> None:
+    (tmp_path / "ids.bin").write_bytes(b"\0" * 6)
+    (tmp_path / "folder").mkdir()
+    assert files.wrong_size(tmp_path / "ids.bin", 6) is None
+    assert files.wrong_size(tmp_path / "ids.bin", 8) == "6 bytes"
+    assert files.wrong_size(tmp_path / "nothing.bin", 0) == "missing"  # not "0 bytes": there is no file
+    assert files.wrong_size(tmp_path / "folder", 4096) == "missing"  # a folder holds no ids, whatever its size

@@ -60,6 +60,15 @@ def regular(path: str | os.PathLike) -> Path:
     return file
 
 
+def wrong_size(path: Path, expected: int) -> str | None:
+    """None when ``path`` is a file of ``expected`` bytes, else what is there instead (``"missing"``,
+    ``"N bytes"``), for a record that says how large its data file is (a corpus, a shard)."""
+    size = path.stat().st_size if path.is_file() else None
+    if size == expected:
+        return None
+    return "missing" if size is None else f"{size} bytes"
+
+
 def read_bytes(path: str | os.PathLike) -> bytes:
     """The file's bytes, or a DataError naming it. Only regular files are read (:func:`regular`)."""
     with reading(path) as file:
