@@ -8,6 +8,7 @@ into one line and its exit code (2 for bad input, 1 for failed runs).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ import click
 # engine, so every command imports what it runs inside its own body.
 from tokformer.errors import ConfigError, DataError, TokformerError
 from tokformer.machine import MAX_WORKERS
+from tokformer.signals import sigterm_interrupts
 
 # OSErrors whose fix is in the user's hands: a path that is missing, unreadable or of the wrong kind.
 USER_PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
@@ -127,7 +129,9 @@ class TokformerGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            # SIGTERM stops every command as Ctrl-C does (its cleanup runs, exit 143), not only training
+            with sigterm_interrupts() if ctx.parent is None else contextlib.nullcontext():
+                return super().invoke(ctx)
         except click.UsageError as e:  # a bad flag, argument or command name below this group
             raise _one_line(e) from None
         except (click.exceptions.Exit, click.ClickException, click.Abort):

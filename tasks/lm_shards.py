@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import ctypes
 import logging
 import multiprocessing
 import os
@@ -54,6 +53,7 @@ from tokformer.engine import (
 )
 from tokformer.errors import ConfigError, DataError, Interrupted
 from tokformer.files import foreign_entries, inside, read_json, some_of
+from tokformer.signals import leave_stopping_to_the_parent
 from tokformer.tasks import lm_data
 from tokformer.tokenizers.base import TOKENIZER_CONFIG_FILE
 from tokformer.tokenizers.bpe import HF_FILE, BPETokenizer
@@ -250,23 +250,14 @@ def _use_tokenizer(tokenizer: BPETokenizer) -> None:
     _WORKER = tokenizer
 
 
-def _die_with_parent() -> None:
-    """Linux: this worker gets SIGKILL when its parent dies (even by SIGKILL), so no orphan keeps
-    encoding, holding memory, or holding files open after the command is gone."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-
-
 def _init_worker(tokenizer: BPETokenizer) -> None:
-    """A worker holds the tokenizer and leaves stopping to the parent: it ignores Ctrl-C and SIGTERM (which
-    reach the whole process group) and ends when the parent shuts the pool down, after the document it is
-    on, or at once if the parent dies. A worker killed by the signal could die half-way through sending a
-    result: the pool's thread in the parent then waits for the rest of that message forever, and the
-    parent never exits (CPython's ProcessPoolExecutor cannot recover from a torn message)."""
+    """A worker holds the tokenizer and leaves stopping to the parent (:func:`leave_stopping_to_the_parent`):
+    it ends when the parent shuts the pool down, after the document it is on, or at once if the parent
+    dies. A worker killed by the signal could die half-way through sending a result: the pool's thread in
+    the parent then waits for the rest of that message forever, and the parent never exits (CPython's
+    ProcessPoolExecutor cannot recover from a torn message)."""
     _use_tokenizer(tokenizer)
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # not the parent's handler, which fork copied
+    leave_stopping_to_the_parent()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 

@@ -112,6 +112,25 @@ def test_an_overwrite_that_was_killed_leaves_one_whole_run(sort_run: Path, tmp_p
     assert (run / "new.txt").exists() == new_run_saved and steps.list_checkpoints(run) == [2]
 
 
+def test_a_run_whose_overwrite_was_killed_names_the_kept_run_until_train_puts_it_back(sort_run: Path,
+                                                                                    tmp_path: Path) -> None:
+    """Killed before its first checkpoint, a ``train --overwrite`` leaves the old run hidden beside the
+    half-made new one: ``evaluate``, ``predict`` and ``export`` said only "has this run saved one yet?"."""
+    run = fresh_copy(sort_run, tmp_path)
+    aside = run_dir.set_aside(run)
+    run.mkdir()
+    (run / "config.json").write_text((aside / "config.json").read_text())  # the half-made new run
+    for command in (["evaluate", str(run)], ["predict", str(run), "312"],
+                    ["export", str(run), "-o", str(tmp_path / "m")]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 2, result.output
+        assert f"the run it replaces is kept as {aside}" in result.output and len(result.output.splitlines()) == 1
+    refused = CliRunner().invoke(main, ["train", "sort", "--run-dir", str(run), "--steps", "2"])
+    assert "already exists" in refused.output  # refused as any run there is, after putting the old one back
+    assert not aside.exists() and steps.list_checkpoints(run) == [2]
+    assert CliRunner().invoke(main, ["evaluate", str(run), "-q"]).exit_code == 0
+
+
 @pytest.mark.parametrize(("name", "other"), [("exp[12]", "exp1"), ("exp*", "exp-old"), ("a", "a.replaced-x")])
 def test_recovering_a_run_never_touches_another_runs_aside_copy(sort_run: Path, tmp_path: Path, name: str,
                                                                  other: str) -> None:

@@ -22,12 +22,12 @@ from tokformer.config import architecture_fields
 from tokformer.engine import finetune
 from tokformer.engine.progress import LOGGER, configure_logging
 from tokformer.engine.report import Evaluation
-from tokformer.engine.signals import sigterm_interrupts
 from tokformer.engine.trainer import RunResult, Trainer, evaluate_model
 from tokformer.errors import ConfigError, DataError
 from tokformer.runtime.config import RunConfig, absolute_paths, load_config_file, resolve_config
 from tokformer.runtime.distributed import Dist, barrier, broadcast, process_group
 from tokformer.runtime.registry import get_task
+from tokformer.signals import sigterm_interrupts
 from tokformer.store import lock
 from tokformer.store import run_dir as runs
 from tokformer.store.checkpoints import checkpoint_selector, list_checkpoints
@@ -46,11 +46,16 @@ def speak(quiet: bool) -> None:
 
 @contextlib.contextmanager
 def _deterministic(on: bool) -> Iterator[None]:
-    """torch.use_deterministic_algorithms for the block, restoring the previous setting."""
+    """torch.use_deterministic_algorithms for the block, restoring the previous setting; torch's setting is
+    left alone when ``on`` is false. (Restored regardless, a Ctrl-C that landed while torch was importing
+    sympy for the first time was replaced by ``AttributeError: module 'sympy' has no attribute 'logic'``
+    from the restore, an internal error instead of the stop.)"""
+    if not on:
+        yield
+        return
     previous = torch.are_deterministic_algorithms_enabled()
-    if on:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # required by cuBLAS determinism
-        torch.use_deterministic_algorithms(True)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # required by cuBLAS determinism
+    torch.use_deterministic_algorithms(True)
     try:
         yield
     finally:

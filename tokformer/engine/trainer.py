@@ -17,7 +17,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,18 +38,28 @@ from tokformer.engine.progress import LOGGER, progress
 from tokformer.engine.recompute import checkpoint_activations
 from tokformer.engine.report import Evaluation
 from tokformer.engine.rng import rng_state, seed_everything, set_rng_state
-from tokformer.engine.signals import stop_on_signals
 from tokformer.engine.watch import DEFAULT_PATIENCE, Watch
 from tokformer.errors import CheckpointError, ConfigError, DataError, TrainingError
 from tokformer.runtime.config import RunConfig, TrainConfig
 from tokformer.runtime.distributed import Dist, all_sum, barrier, gather
 from tokformer.runtime.task import Task
+from tokformer.signals import data_worker_init, stop_on_signals
 from tokformer.store import checkpoints
 from tokformer.store.budget import TRAINING_BYTES_PER_PARAMETER, check_memory, planned_size
 from tokformer.store.steps import list_checkpoints, prune, remove_partial, step_dir
 from tokformer.store.weights import check_fits, damaged
 
 log = logging.getLogger(LOGGER)
+
+
+def _stop_workers(batches: Iterator[Any]) -> None:
+    """Shut a DataLoader iterator's worker processes down now, not whenever the iterator is collected:
+    they ignore stop signals (:func:`~tokformer.signals.data_worker_init`), so multiprocessing's SIGTERM
+    to them at interpreter exit would not end them, and the process would wait for them for good.
+    (torch has no public call for it; the iterator's own ``__del__`` calls this one.)"""
+    shutdown = getattr(batches, "_shutdown_workers", None)  # only a multi-process iterator has workers
+    if shutdown is not None:
+        shutdown()
 
 
 @dataclass
@@ -210,8 +220,10 @@ class Trainer:
         self.batches_per_epoch = sampler.batches_per_epoch
         # Its own generator: DataLoader would otherwise draw its workers' base seed from torch's
         # global RNG each time an iterator starts, and a resumed run starts one more than a straight one.
+        # Workers leave stopping to this process: killed by a SIGTERM sent to the process group, they
+        # failed the run before it could save its stop checkpoint.
         loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=functools.partial(task.collate, train=True),
-                            num_workers=tc.num_workers,
+                            num_workers=tc.num_workers, worker_init_fn=data_worker_init,
                             generator=torch.Generator().manual_seed(tc.seed))
         batches = iter(loader)
         # a resumed run that has nothing left to do still reports its last evaluation
@@ -257,6 +269,7 @@ class Trainer:
                                    "is step %s", task.best_metric, watch.stale, step, best["step"] if best else "-")
                         break
         finally:
+            _stop_workers(batches)
             bar.close()
             if logbook is not None:
                 logbook.close()

@@ -26,6 +26,7 @@ from tokformer.errors import CheckpointError, ConfigError, DataError, UsageError
 from tokformer.runtime.distributed import Dist
 from tokformer.runtime.task import TOKENIZER_DIR
 from tokformer.store import sharded, whole
+from tokformer.store.run_dir import asides_of
 from tokformer.store.steps import CHECKPOINTS, list_checkpoints, step_dir
 from tokformer.store.training_state import STATE_JSON, load_training_state
 from tokformer.store.weights import damaged, load_fitting, read_model_state
@@ -154,12 +155,24 @@ def checkpoint_selector(which: object) -> str:
                      f"({type(which).__name__})")
 
 
+def _no_checkpoint(run_dir: Path) -> str:
+    """Why ``run_dir`` has no checkpoint to load, naming the run an ``--overwrite`` set aside, if one
+    waits there: a replacing run killed before its first checkpoint leaves it hidden until the next
+    ``tokformer train`` of ``run_dir`` puts it back, and said only "no checkpoint" meanwhile."""
+    asides = asides_of(run_dir)
+    if not asides:
+        return f"no checkpoint in {run_dir / CHECKPOINTS}; has this run saved one yet?"
+    return (f"no checkpoint in {run_dir / CHECKPOINTS}: a `tokformer train --overwrite` of it has not saved its "
+            f"first one (it is running, or was stopped); the run it replaces is kept as {asides[-1]}, and the "
+            f"next `tokformer train` of {run_dir} puts it back if the new one never saved a checkpoint")
+
+
 def find_checkpoint(run_dir: Path, which: str | int = "latest") -> Path:
     """``latest``, ``best`` or a step number (a string of digits or an int) -> that checkpoint's directory."""
     which = checkpoint_selector(which)
     steps = list_checkpoints(run_dir)
     if not steps:
-        raise ConfigError(f"no checkpoint in {run_dir / CHECKPOINTS}; has this run saved one yet?")
+        raise ConfigError(_no_checkpoint(run_dir))
     if which == "latest":
         return step_dir(run_dir, steps[-1])
     if which == "best":

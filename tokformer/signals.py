@@ -1,4 +1,5 @@
-"""Turn Ctrl-C (SIGINT) and SIGTERM (schedulers' preemption) into "save and stop".
+"""Turn Ctrl-C (SIGINT) and SIGTERM (schedulers' preemption) into "save and stop", and leave stopping
+to the parent in worker processes.
 
 The signal handler only sets a flag; the training loop checks it between optimizer
 steps, so the checkpoint it then writes is of a consistent state. A second Ctrl-C
@@ -12,6 +13,7 @@ after saving.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import signal
 import threading
 from collections.abc import Iterator
@@ -71,3 +73,21 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def leave_stopping_to_the_parent() -> None:
+    """For a worker process (a DataLoader's, a tokenizing pool's): ignore Ctrl-C and SIGTERM, which a
+    terminal, ``timeout`` or a scheduler send to the whole process group, and die with the parent
+    (Linux). The parent decides when work stops and shuts its workers down: a worker killed by the
+    signal first made the parent's DataLoader fail (``DataLoader worker ... is killed by signal:
+    Terminated``, an internal error before the stop checkpoint was written), and one killed half-way
+    through sending a result leaves a process pool waiting for the rest of it forever."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # not the parent's handler, which fork copied
+
+
+def data_worker_init(worker_id: int) -> None:
+    """A DataLoader's ``worker_init_fn``: :func:`leave_stopping_to_the_parent`."""
+    leave_stopping_to_the_parent()

@@ -1,0 +1,148 @@
+"""SIGTERM (what ``timeout``, ``kill`` and schedulers send, often to the whole process group) stops every
+command as Ctrl-C does: its cleanup runs, one line says so, and it exits 143.
+
+Before, only ``train`` took SIGTERM that way. ``evaluate``, ``tokenizer train``, ``birds`` and the others
+were killed where they stood, leaving their scratch folders and staging folders behind (193 MB per task
+of ``birds``); and a training run whose DataLoader workers got the signal too ended in an internal error
+before its stop checkpoint (docs/reliability.md, P2 and H87)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_engine_resume import ENV, cli_args, wait_until_step
+from tiny import TINY, TRAIN
+
+import tokformer
+from tokformer.cli import main
+from tokformer.store.steps import list_checkpoints
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class Unhandled(Exception):
+    """What SIGTERM raises in this test process when no command has taken it over (the default action
+    would end the test run itself)."""
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This process's temporary directory, empty, and a SIGTERM that no command took over raising
+    :class:`Unhandled` rather than ending the test run."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+
+    def unhandled(signum: int, frame: object) -> None:
+        raise Unhandled
+
+    previous = signal.signal(signal.SIGTERM, unhandled)
+    yield folder
+    signal.signal(signal.SIGTERM, previous)
+
+
+def terminate_at(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> None:
+    """``owner.name`` sends this process SIGTERM, then does its work: a stop landing there."""
+    real = getattr(owner, name)
+
+    def stopped_here(*args: object, **kwargs: object) -> object:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, stopped_here)
+
+
+def assert_stopped(result, line: str = "stopped by SIGTERM") -> None:
+    assert result.exit_code == 143, result.output
+    assert result.output.strip().splitlines()[-1].startswith(line)
+    assert "Traceback" not in result.output and "internal error" not in result.output
+
+
+def ours(folder: Path) -> list[Path]:
+    """What is in ``folder``, torch's own compile cache aside (``torchinductor_USER``, kept by design)."""
+    return [p for p in folder.iterdir() if not p.name.startswith("torchinductor_")]
+
+
+def test_sigterm_stops_evaluate_and_removes_its_scratch_folder(tmp_path, scratch, monkeypatch) -> None:
+    run = tokformer.train("sort", run_dir=str(tmp_path / "run"), **TINY["sort"], **TRAIN).run_dir
+    handler = signal.getsignal(signal.SIGTERM)
+    terminate_at(monkeypatch, tokformer.engine.api, "load_model")
+    assert_stopped(CliRunner().invoke(main, ["evaluate", str(run), "-q"]))
+    assert ours(scratch) == []  # tokformer-eval-* was left behind
+    assert signal.getsignal(signal.SIGTERM) is handler  # the command gives the signal back
+
+
+def test_sigterm_stops_tokenizer_training_and_removes_its_staging_folder_and_lock(tmp_path, scratch,
+                                                                                 monkeypatch) -> None:
+    from tokformer.tokenizers import commands
+
+    (tmp_path / "a.txt").write_text("hello world, hello tokens " * 50, encoding="utf-8")
+    terminate_at(monkeypatch, commands, "read_text_file")
+    out = tmp_path / "out" / "tok"
+    out.parent.mkdir()
+    assert_stopped(CliRunner().invoke(main, ["tokenizer", "train", "--data", str(tmp_path / "a.txt"),
+                                             "--vocab-size", "300", "-o", str(out), "-q"]))
+    assert list(out.parent.iterdir()) == []  # .tok.tmp-*/ and .tok.lock were left behind
+
+
+def test_sigterm_stops_the_birds_sweep_between_runs_and_removes_its_image_caches(tmp_path, scratch,
+                                                                                  monkeypatch) -> None:
+    """A stop inside a training run saves it (the sweep's own message); one while a trained model is
+    being saved went unhandled: the process died, its image caches and the model's temporary file stayed."""
+    from tokformer.tasks.birds import experiment
+    from tokformer.tasks.birds.stream import shared_stream
+
+    terminate_at(monkeypatch, experiment, "save_file")
+    report = tmp_path / "report"
+    assert_stopped(CliRunner().invoke(main, ["birds", "--quick", "--models", "pool-d1", "--seeds", "0", "-o",
+                                             str(report), "-q"]))
+    assert not [p for p in report.rglob(".*") if p.is_file()]  # models/.pool-d1-count.safetensors.*
+    shared_stream.cache_clear()  # the sweep keeps the last stream for the process's life
+    gc.collect()  # the caches are removed with their last reference, as at the process's exit
+    assert ours(scratch) == []  # tokformer-birds-* of image chunks, 193 MB a task, were left behind
+
+
+def test_a_run_that_does_not_ask_for_determinism_never_touches_torchs_setting(tmp_path, monkeypatch) -> None:
+    """A stop that landed while torch imported sympy for the first time left a half-imported module, and
+    restoring the setting after the stop then failed in it: ``internal error: AttributeError: module
+    'sympy' has no attribute 'logic'`` instead of the stop (exit 1, not 130 or 143)."""
+    import torch
+
+    def touched(on: bool) -> None:
+        raise AssertionError("torch.use_deterministic_algorithms called")
+
+    monkeypatch.setattr(torch, "use_deterministic_algorithms", touched)
+    run = tokformer.train("sort", run_dir=str(tmp_path / "run"), **TINY["sort"], **TRAIN)
+    assert run.step == TRAIN["steps"]
+
+
+@pytest.mark.slow  # a training process of its own, stopped mid-run (about 15 s)
+def test_sigterm_to_the_process_group_of_a_run_with_data_workers_saves_and_exits_143(tmp_path) -> None:
+    """``timeout`` and schedulers signal every process of the group: the DataLoader workers died of it and
+    the run ended in ``internal error: RuntimeError: DataLoader worker (pid N) is killed by signal:
+    Terminated`` (exit 1), losing the steps since its last checkpoint. Workers now leave stopping to the
+    training process, which saves where it stopped."""
+    run, log = tmp_path / "run", tmp_path / "run.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tokformer.cli", *cli_args(400, run), "--num-workers", "1"],
+                                stdout=out, stderr=subprocess.STDOUT, env=ENV, start_new_session=True)
+    try:
+        wait_until_step(proc, run, 12)
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143, log.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    output = log.read_text()
+    assert "internal error" not in output and "Traceback" not in output
+    stopped = int(output.split("interrupted at step ")[1].split(";")[0])
+    assert stopped in list_checkpoints(run) and stopped > 10  # past the periodic checkpoint of step 10
