@@ -35,6 +35,7 @@ import numpy as np
 from tokformer import files
 from tokformer.errors import DataError
 from tokformer.files import where
+from tokformer.tokenizers.graph import check_graph_size
 
 CSL_NODES = 41
 CSL_SKIPS = (2, 3, 4, 5, 6, 9, 11, 12, 13, 16)
@@ -126,8 +127,7 @@ def read_graph(path: Path) -> nx.Graph:
     except Exception as err:  # each networkx reader raises its own parse errors
         first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise DataError(f"{path}: not a readable {suffix[1:]} graph file: {first_line}") from None
-    if graph.number_of_nodes() == 0:
-        raise DataError(f"{path}: the graph has 0 nodes")
+    check_graph_size(graph, str(path))
     return graph
 
 
@@ -218,8 +218,7 @@ def labeled_graphs(graphs: Sequence[nx.Graph], labels: Sequence[int | str],
     for i, (graph, label) in enumerate(zip(graphs, labels, strict=True)):
         if not isinstance(graph, nx.Graph):
             raise DataError(f"sample {i} is a {type(graph).__name__}, not a networkx graph")
-        if graph.number_of_nodes() == 0:
-            raise DataError(f"graph {i} has 0 nodes")
+        check_graph_size(graph, f"graph {i}")
         if label is None or (isinstance(label, str) and not label.strip()):
             raise DataError(f"graph {i} has no label")
     if all(isinstance(y, str) for y in labels):

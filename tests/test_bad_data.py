@@ -10,6 +10,7 @@ from PIL import Image
 
 from tokformer.cli import main
 from tokformer.engine import load_run, train
+from tokformer.tokenizers.graph import MAX_GRAPH_NODES
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -95,6 +96,9 @@ def test_degenerate_graphs_are_classified(runs, tmp_path):
 @pytest.mark.parametrize(("content", "message"), [
     (lambda p: nx.write_graphml(nx.empty_graph(0), p), "the graph has 0 nodes"),
     (lambda p: p.write_text("<graphml><graph><node id='a'/>"), "not a readable graphml graph file"),
+    # a 400 kB file of 32,769 nodes; 200,000 (2.5 MB) ran past 5 minutes: attention costs N² per layer
+    (lambda p: nx.write_graphml(nx.path_graph(MAX_GRAPH_NODES + 1), p),
+     f"bad.graphml: the graph has {MAX_GRAPH_NODES + 1} nodes, more than the {MAX_GRAPH_NODES} a graph may have"),
 ])
 def test_graphs_without_nodes_or_unparsable_are_one_line_errors(runs, tmp_path, content, message):
     path = tmp_path / "bad.graphml"

@@ -11,6 +11,7 @@ from tokformer.classifier import EncoderClassifier
 from tokformer.config import TransformerConfig
 from tokformer.errors import DataError
 from tokformer.heads import ClassificationHead
+from tokformer.tokenizers import graph as graph_tokenizer
 from tokformer.tokenizers import load_tokenizer
 from tokformer.tokenizers.base import TokenizerError
 from tokformer.tokenizers.graph import GraphTokenizer
@@ -101,6 +102,15 @@ def test_string_attribute_without_categories_and_missing_attribute() -> None:
         tok.batch([graph])
     with pytest.raises(DataError, match="has no attribute 'y'"):
         GraphTokenizer(node_features="attributes", node_attributes=["y"]).batch([graph])
+
+
+def test_a_graph_may_have_max_graph_nodes_and_no_more(monkeypatch) -> None:
+    """The cap applies to graphs given in Python too, not only to files (checked at a small cap: a graph of
+    32,768 nodes takes the Laplacian solver seconds)."""
+    monkeypatch.setattr(graph_tokenizer, "MAX_GRAPH_NODES", 6)
+    assert GraphTokenizer(k=2).batch([nx.path_graph(6)]).features.shape[1] == 7  # the graph token and 6 nodes
+    with pytest.raises(DataError, match="a graph: the graph has 7 nodes, more than the 6 a graph may have"):
+        GraphTokenizer(k=2).batch([nx.path_graph(7)])
 
 
 def test_bad_inputs_and_config() -> None:

@@ -50,6 +50,21 @@ NodeFeatures = Literal["degree", "constant", "attributes"]
 PositionReader = Literal["linear", "signnet"]
 Solver = Literal["auto", "dense", "sparse"]
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: The most nodes a graph may have: each is a token, and full attention costs N² per layer. A path
+#: graph's edge list of 2.5 MB (200,000 nodes) ran past 5 minutes in ``predict``; at this size a
+#: tiny model takes seconds. Real graph datasets fit (TU's largest graphs have about 5,700 nodes,
+#: ogbg-code2's 36,000 at most, a few of them above it).
+MAX_GRAPH_NODES = 1 << 15
+
+
+def check_graph_size(graph: nx.Graph, where: str = "a graph") -> None:
+    """A DataError naming ``where`` when ``graph`` has no node or more than :data:`MAX_GRAPH_NODES`."""
+    n = graph.number_of_nodes()
+    if n == 0:
+        raise DataError(f"{where}: the graph has 0 nodes")
+    if n > MAX_GRAPH_NODES:
+        raise DataError(f"{where}: the graph has {n} nodes, more than the {MAX_GRAPH_NODES} a graph may have "
+                        "(each node is a token, and attention costs the square of their number)")
 
 
 @dataclass(frozen=True)
@@ -234,9 +249,7 @@ class GraphTokenizer(Tokenizer):
         """Node features, eigenpairs and edges of one graph (no sign flips: those happen per batch)."""
         if not isinstance(graph, nx.Graph):
             raise DataError(f"expected a networkx graph, got {type(graph).__name__}")
-        n = graph.number_of_nodes()
-        if n == 0:
-            raise DataError("cannot tokenize a graph with 0 nodes")
+        check_graph_size(graph)
         edges = torch.from_numpy(undirected_edges(graph))  # [2, 2E] both directions, no loops
         if self.positions == "laplacian":
             spectrum = laplacian_spectrum(graph, self.k, self.solver)
@@ -244,6 +257,7 @@ class GraphTokenizer(Tokenizer):
             values = torch.from_numpy(spectrum.values).float()
             valid = torch.from_numpy(spectrum.valid)
         else:
+            n = graph.number_of_nodes()
             vectors, values, valid = torch.zeros(n, 0), torch.zeros(0), torch.zeros(0, dtype=torch.bool)
         return GraphEncoding(
             features=self._node_features(graph, edges), vectors=vectors, values=values, valid=valid, edges=edges
