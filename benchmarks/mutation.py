@@ -797,7 +797,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'tokenizer_sha256=tokenizer_fingerprint(self.folder) or "XXXX", shards=self.shards)',
         "the tokenizer is saved into the folder two lines before, so its fingerprint is never None and the "
         "fallback (there for the type) is never taken"),
-    "tokformer.tasks.lm_shards.x_read_index__mutmut_45": (
+    "tokformer.tasks.lm_shards.x_read_index__mutmut_41": (
         'file = inside(directory, shard.file, f"{directory / INDEX_FILE}: shard file", )',
         "inside's error class defaults to DataError, the one passed"),
     "tokformer.tasks.lm_shards.xǁShardedIdsǁ_map__mutmut_8": (
