@@ -255,8 +255,10 @@ NOTES: dict[str, str] = {
         "run of the new code (315 mutants, one at a time, 18:59 UTC) left 7 survivors: the 3 equivalents below and "
         "4 in `checkpoint_selector`, for which tests/test_mutation_checkpoints.py gained a test. Two reruns after "
         "it (a retest and a full run, 19:31 and 19:33 UTC) counted all 315 killed, the 3 equivalents too, though "
-        "each passes the module's quick-tier tests when applied by hand; the cause was not found that session, so "
-        "the record kept is this earlier one."),
+        "each passes the module's quick-tier tests when applied by hand; the cause was not found that session. "
+        "A full run after `_no_checkpoint` came in (2026-12-05, 21:38 UTC, 322 mutants) again counted the 3 "
+        "equivalents killed, and left 4 survivors in `_no_checkpoint`, for which tests/test_mutation_checkpoints.py "
+        "gained a test; this record is that run's, retested."),
     "hf": (
         "Marked (source edited since): on 2026-12-05 its import of `staged_folder` changed, from "
         "tokformer.store.atomic to tokformer.atomic (the module moved to the core), and later that day its reads "
@@ -644,6 +646,9 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "pairs = np.array([(index[u], index[v]) for u, v in graph.edges() if u != v], dtype=np.int64).reshape(-2, 2)",
         "numpy reads any negative size as the one inferred"),
     # image_tokenizer
+    "tokformer.tokenizers.image.xǁImagePatchTokenizerǁ_resize__mutmut_21": (
+        "image = TF.resize(image, list(self.image_size), interpolation=mode, )",
+        "torchvision's v2 resize antialiases by default (antialias=True), the value passed"),
     "tokformer.tokenizers.image.x_resample_grid_table__mutmut_11": (
         'grid = rearrange(table.float(), "1 (h w) d -> 1 d h w", w=old[1])', _AXIS_INFERRED),
     "tokformer.tokenizers.image.x_resample_grid_table__mutmut_12": (

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tokformer import atomic
-from tokformer.errors import CheckpointError, UsageError
+from tokformer.errors import CheckpointError, ConfigError, UsageError
 from tokformer.store import checkpoints, steps, training_state, whole
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -193,3 +193,20 @@ def test_a_checkpoint_selector_is_a_string_or_a_whole_step_and_nothing_else() ->
     for bad in (True, None, 2.0):
         with pytest.raises(UsageError, match=rf"got {bad!r} \({type(bad).__name__}\)"):
             checkpoints.checkpoint_selector(bad)
+
+
+def test_a_run_without_checkpoints_names_the_newest_copy_an_overwrite_set_aside(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(ConfigError) as plain:
+        checkpoints.find_checkpoint(run)
+    assert str(plain.value) == f"no checkpoint in {run / 'checkpoints'}; has this run saved one yet?"
+    *older, newer = (tmp_path / f".run.replaced-20261205-10000{i}-1" for i in (1, 2, 3))  # three: [1] is not [-1]
+    for aside in (*older, newer):
+        aside.mkdir()
+    with pytest.raises(ConfigError) as aside:
+        checkpoints.find_checkpoint(run)
+    assert str(aside.value) == (
+        f"no checkpoint in {run / 'checkpoints'}: a `tokformer train --overwrite` of it has not saved its first one "
+        f"(it is running, or was stopped); the run it replaces is kept as {newer}, and the next `tokformer train` "
+        f"of {run} puts it back if the new one never saved a checkpoint")

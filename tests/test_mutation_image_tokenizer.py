@@ -285,3 +285,26 @@ def test_an_unconvertible_image_is_named_by_its_path_or_not_at_all(tmp_path) -> 
 def test_a_bad_option_is_refused_in_words(options: dict, message: str) -> None:
     with pytest.raises(TokenizerError, match=re.escape(f"image tokenizer: {message}")):
         ImagePatchTokenizer(4, 8, **options)
+
+
+def test_read_at_size_is_the_sample_as_a_float_tensor_resized_as_a_batch_would_be() -> None:
+    """What a dataset returns for the batch (vqa's user images): the sample's own pixels brought to the model's
+    size with the tokenizer's interpolation and antialiasing, not normalised; at that size already, untouched;
+    with ``resize`` off, at its own size."""
+    picture = Image.fromarray(torch.randint(0, 256, (30, 50, 3), dtype=torch.uint8).numpy())
+    tokenizer = ImagePatchTokenizer(patch_size=8, image_size=16, interpolation="bilinear")
+    pixels = tokenizer.to_tensor(picture)  # [3, 30, 50] in [0, 1]
+    read = tokenizer.read_at_size(picture)
+    expected = TF.resize(pixels, [16, 16], interpolation=InterpolationMode.BILINEAR, antialias=True)
+    assert read.shape == (3, 16, 16) and torch.equal(read, expected)
+    assert torch.equal(tokenizer.read_at_size(read), read)  # already at the model's size
+    assert torch.equal(ImagePatchTokenizer(patch_size=8, image_size=16, resize=False).read_at_size(picture), pixels)
+
+
+def test_one_image_is_a_picture_or_an_image_tensor_and_a_four_d_tensor_is_a_batch() -> None:
+    from tokformer.tokenizers.image import is_one_image
+
+    assert is_one_image(Image.new("RGB", (4, 4)))
+    assert is_one_image(torch.zeros(3, 4, 4)) and is_one_image(torch.zeros(4, 4))  # [C, H, W] and [H, W]
+    assert not is_one_image(torch.zeros(2, 3, 4, 4)) and not is_one_image(torch.zeros(4))
+    assert not is_one_image([Image.new("RGB", (4, 4))]) and not is_one_image("img.png")  # paths: the task's rule
