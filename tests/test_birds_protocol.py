@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,18 @@ def test_an_interrupted_sweep_resumes_without_redoing_finished_runs(tmp_path: Pa
     assert len(runs) == 8 and len({(r["model"], r["task"], r["seed"]) for r in runs}) == 8
     assert runs[:5] == first, "finished runs are read back as they were logged"
     assert "Receptive fields" in report.read_text()  # the analysis ran on the saved first-seed models
+
+
+def test_a_sweep_removes_its_image_caches_when_it_ends(tmp_path: Path, monkeypatch) -> None:
+    """The training streams spill their images to disk (193 MB a task at the full preset); a sweep kept the
+    last one until the process exited, so a notebook running sweeps held a folder per sweep."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    one = BirdsConfig(**{**SWEEP.__dict__, "models": ("mlp",), "seeds": (0,)})
+    run_experiment(tmp_path / "sweep", config=one, quiet=True)
+    gc.collect()
+    assert not [p.name for p in scratch.iterdir() if p.name.startswith("tokformer-birds-")]
 
 
 def test_a_resumed_first_seed_model_is_the_one_that_was_trained(tmp_path: Path) -> None:

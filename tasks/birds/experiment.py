@@ -45,7 +45,14 @@ from tokformer.machine import snapshot
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
 from tokformer.tasks.birds.models import build_model, parse_spec
 from tokformer.tasks.birds.report import write_report
-from tokformer.tasks.birds.stream import Drawing, SplitTensors, accuracy, make_split, shared_stream
+from tokformer.tasks.birds.stream import (
+    Drawing,
+    SplitTensors,
+    accuracy,
+    make_split,
+    shared_split,
+    shared_stream,
+)
 from tokformer.weights import count_parameters
 
 log = logging.getLogger("tokformer.birds")
@@ -511,8 +518,12 @@ def run_experiment(
         rendering_only = len(done) == total  # nothing to train: the report is redrawn, the sweep took no longer
         elapsed = lambda: before if rendering_only else before + time.perf_counter() - start
         report = lambda sweep: write_report(sweep, out, elapsed=elapsed(), command=command)
-        with progress(not quiet, total=total, desc="birds", unit="run") as bar:
-            # a report after every seed but the last: a long run is readable (and useful) before it ends
-            sweep = run_sweep(config, progress_bar=bar, out=out,
-                              on_seed_done=lambda s: report(s) if _seeds_done(s) < len(config.seeds) else None)
+        try:
+            with progress(not quiet, total=total, desc="birds", unit="run") as bar:
+                # a report after every seed but the last: a long run is readable (and useful) before it ends
+                sweep = run_sweep(config, progress_bar=bar, out=out,
+                                  on_seed_done=lambda s: report(s) if _seeds_done(s) < len(config.seeds) else None)
+        finally:  # the streams' image caches (193 MB a task on disk) go with the sweep, not at the process's exit
+            shared_stream.cache_clear()
+            shared_split.cache_clear()
         return report(sweep)
