@@ -5,7 +5,9 @@ which weights a config may claim, which engine settings a folder evaluates with,
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -109,3 +111,41 @@ def test_a_predictor_of_a_task_with_options_refuses_others_naming_them(monkeypat
     assert predictor(["a"], top_k=1) == [("a", 1)]
     with pytest.raises(UsageError, match=r"^task 'topk' has no predict option 'temperature'; it takes top_k$"):
         predictor(["a"], temperature=0.5)
+
+
+class Witness:
+    """A task stand-in whose predict reports the model, each input and the option it was called with."""
+
+    is_one_input = Task.is_one_input
+
+    def predict(self, model, inputs, top_k: int = 5):
+        return [(model, x, top_k) for x in inputs]
+
+
+def test_a_single_input_gets_its_own_prediction_from_the_model_with_the_options() -> None:
+    model = torch.nn.Identity()
+    predictor = loader.Predictor(Witness(), model)
+    assert predictor("ab", top_k=2) == (model, "ab", 2)
+    assert predictor(Path("x.png")) == (model, Path("x.png"), 5)
+    assert predictor(["ab", "c"]) == [(model, "ab", 5), (model, "c", 5)]
+
+
+def test_a_count_is_a_whole_number_of_at_least_one_and_is_named_when_it_is_not() -> None:
+    import numpy as np
+
+    assert loader.positive_count("top_k", 1) == 1 and loader.positive_count("top_k", np.int64(3)) == 3
+    for bad in (0, -1, True, 1.5, "2", None):
+        message = rf"^top_k must be a whole number of at least 1, got {re.escape(repr(bad))}$"
+        with pytest.raises(UsageError, match=message):
+            loader.positive_count("top_k", bad)
+
+
+def test_count_options_are_checked_each_and_none_passes_only_where_it_is_the_default() -> None:
+    declared = {name: p for name, p in inspect.signature(Witness().predict).parameters.items()}
+    loader.check_counts({"top_k": None}, {})  # a task taking **options says its defaults itself
+    loader.check_counts({"batch_size": 4, "top_k": 2}, declared)
+    for options in ({"top_k": 0}, {"batch_size": 8, "top_k": 0}, {"batch_size": None, "top_k": 0}):
+        with pytest.raises(UsageError, match=r"^top_k must be"):
+            loader.check_counts(options, {})  # batch_size comes first: a check that stopped there misses top_k
+    with pytest.raises(UsageError, match=r"^top_k must be a whole number of at least 1, got None$"):
+        loader.check_counts({"top_k": None}, declared)  # declared with a default of 5: None is no count
