@@ -754,6 +754,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'write_text_atomic(path, json.dumps(dataclasses.asdict(self), indent=0, ensure_ascii=None) + "\\n")',
         "json reads ensure_ascii as a truth value: None writes what False does"),
     # files
+    "tokformer.files.x_check_text__mutmut_3": ('text.encode("UTF-8")', "codec names are looked up case-insensitively"),
     "tokformer.files.x_read_text__mutmut_5": ('return data.decode("UTF-8-SIG")',
                                               "codec names are looked up case-insensitively"),
     "tokformer.files.x_not_utf8__mutmut_6": ('line = text.count(b"\\n", None, start) + 1',

@@ -98,28 +98,13 @@ def read_jsonl(path: str | Path) -> list[Pair]:
 
 
 def _jsonl_sides(line: str, where: str) -> tuple[str, str]:
-    if not line.strip():
-        raise DataError(f"{where}: empty line; every line must hold a JSON object")
-    try:
-        record = files.loads(line)
-    except ValueError as e:  # a JSONDecodeError, or files.loads' "JSON nested too deeply"
-        raise DataError(f"{where}: not valid JSON ({getattr(e, 'msg', e)})") from None
+    record = files.json_line(line, where)
     if not isinstance(record, dict) or not isinstance(record.get("src"), str) \
             or not isinstance(record.get("tgt"), str):
         raise DataError(f'{where}: expected an object with string fields "src" and "tgt"')
     for name in ("src", "tgt"):
-        _check_text(record[name], where, name)
+        files.check_text(record[name], where, name)
     return record["src"], record["tgt"]
-
-
-def _check_text(text: str, where: str, name: str) -> None:
-    """Refuse a lone surrogate here, where the line is known: JSON's ``"\\ud800"`` escape reads as one,
-    and the tokenizer, which has no UTF-8 bytes for it, would refuse it later without naming the line."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise DataError(f'{where}: "{name}" holds a lone surrogate (an unpaired \\ud800-\\udfff escape), '
-                        "which is not text") from None
 
 
 def read_pairs(path: str | Path, tgt_path: str | Path | None = None) -> list[Pair]:

@@ -25,7 +25,6 @@ pure function of the seed, split and chunk (independent streams, as in the birds
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -264,12 +263,7 @@ def read_records(path: str | Path) -> tuple[list[Record], int]:
 
 
 def _record(line: str, where: str, folder: Path) -> Record:
-    if not line.strip():
-        raise DataError(f"{where}: empty line; every line must hold a JSON object")
-    try:
-        fields = files.loads(line)
-    except (json.JSONDecodeError, ValueError) as err:
-        raise DataError(f"{where}: not valid JSON ({getattr(err, 'msg', err)})") from None
+    fields = files.json_line(line, where)
     if not isinstance(fields, dict):
         raise DataError(f'{where}: expected an object with string fields "image", "answer" and optionally "question"')
     for name in ("image", "answer", "question"):
@@ -278,11 +272,7 @@ def _record(line: str, where: str, folder: Path) -> Record:
     if not fields["answer"].strip():
         raise DataError(f'{where}: "answer" is empty')
     for name in ("image", "answer", "question"):
-        try:
-            fields.get(name, "").encode("utf-8")
-        except UnicodeEncodeError:  # JSON's "\ud800" escape: a lone surrogate no text can hold
-            raise DataError(f'{where}: "{name}" holds a lone surrogate (an unpaired \\ud800-\\udfff escape), '
-                            "which is not text") from None
+        files.check_text(fields.get(name, ""), where, name)
     image = files.inside(folder, fields["image"], f'{where}: "image"')
     return Record(image, fields.get("question", "").strip(), fields["answer"].strip(), where)
 

@@ -164,3 +164,21 @@ def test_a_data_file_of_the_wrong_size_says_what_is_there(tmp_path) -> None:
     assert files.wrong_size(tmp_path / "ids.bin", 8) == "6 bytes"
     assert files.wrong_size(tmp_path / "nothing.bin", 0) == "missing"  # not "0 bytes": there is no file
     assert files.wrong_size(tmp_path / "folder", 4096) == "missing"  # a folder holds no ids, whatever its size
+
+
+def test_a_jsonl_line_is_its_json_value_or_one_error_naming_where() -> None:
+    assert files.json_line(' {"a": [1]} ', "d.jsonl:3") == {"a": [1]}
+    for line, why in (("  ", "empty line; every line must hold a JSON object"),
+                      ('{"a": }', "not valid JSON (Expecting value)"),
+                      ("[" * 100_000, "not valid JSON (JSON nested too deeply)")):
+        with pytest.raises(DataError) as info:
+            files.json_line(line, "d.jsonl:3")
+        assert str(info.value) == f"d.jsonl:3: {why}"
+
+
+def test_a_field_holding_a_lone_surrogate_is_named_with_its_line() -> None:
+    files.check_text("héllo 😀", "d.jsonl:2", "src")  # any text passes
+    with pytest.raises(DataError) as info:
+        files.check_text("a\ud800b", "d.jsonl:2", "src")
+    assert str(info.value) == ('d.jsonl:2: "src" holds a lone surrogate (an unpaired \\ud800-\\udfff escape), '
+                               "which is not text")

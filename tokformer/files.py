@@ -115,6 +115,28 @@ def loads(text: str | bytes) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
+def json_line(line: str, where: str) -> Any:
+    """The JSON value of one line of a JSONL file, or a DataError naming ``where`` (``FILE:LINE``): an
+    empty line, or one that is not JSON (nesting too deep included)."""
+    if not line.strip():
+        raise DataError(f"{where}: empty line; every line must hold a JSON object")
+    try:
+        return loads(line)
+    except ValueError as error:  # a JSONDecodeError, or loads' "JSON nested too deeply"
+        raise DataError(f"{where}: not valid JSON ({getattr(error, 'msg', error)})") from None
+
+
+def check_text(text: str, where: str, name: str) -> None:
+    """Refuse a lone surrogate in field ``name`` of a record read at ``where``: JSON's ``"\\ud800"`` escape
+    reads as one, and the tokenizer, which has no UTF-8 bytes for it, would refuse it later without
+    naming the line."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(f'{where}: "{name}" holds a lone surrogate (an unpaired \\ud800-\\udfff escape), '
+                        "which is not text") from None
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """The JSON document in the file, or a DataError naming it (unreadable, not UTF-8, not JSON)."""
     text = read_text(path)
