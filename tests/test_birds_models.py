@@ -6,11 +6,20 @@ import numpy as np
 import pytest
 import torch
 
+from tokformer.engine import load_run
 from tokformer.tasks.birds import experiment
 from tokformer.tasks.birds.attention import attention_maps, bird_attention, bird_tokens, own_bird_attention
 from tokformer.tasks.birds.data import BOTTOM_LEFT, TOP_RIGHT, generate
 from tokformer.tasks.birds.experiment import BirdsConfig
-from tokformer.tasks.birds.models import TOKEN_NORMS, BirdTransformer, LocalCNN, build_model, parse_spec
+from tokformer.tasks.birds.models import (
+    CONVERGENCE_CAP,
+    PATIENCE,
+    TOKEN_NORMS,
+    BirdTransformer,
+    LocalCNN,
+    build_model,
+    parse_spec,
+)
 
 ALL_FAMILIES = ["local-d2", "pool-d3", "global", "mlp", "transformer-l1", "transformer-local-l1", "mixer-l1"]
 
@@ -117,6 +126,42 @@ def test_a_step_multiple_trains_that_many_times_the_steps() -> None:
         settings = experiment.run_settings(name, "count", cfg, seed=0)
         assert settings["train"]["steps"] == expected, name
         assert experiment.train_model(name, "count", cfg, seed=0).curve[-1][0] == expected, name
+
+
+def test_es_names_a_run_to_convergence_of_the_same_model() -> None:
+    spec = parse_spec("mixer-l2-lpos-es")
+    assert (spec.family, spec.depth, spec.learned_positions, spec.converges) == ("mixer", 2, True, True)
+    assert (spec.base, spec.budget, spec.budget_name) == ("mixer-l2-lpos", CONVERGENCE_CAP, "early stop")
+    assert spec.label.endswith(f", learned positions, early stopping (up to {CONVERGENCE_CAP}x steps)")
+    assert (parse_spec("mixer-l2-x3").converges, parse_spec("mixer-l2-x3").budget_name) == (False, "3x")
+    assert sorted(["mlp-es", "mlp-x10", "mlp", "mlp-x3"], key=lambda n: parse_spec(n).budget_order) == [
+        "mlp", "mlp-x3", "mlp-x10", "mlp-es"]
+    for bad in ("mlp-x3-es", "mlp-es-x3", "mlp-es-lpos", "mlp-ES"):
+        with pytest.raises(ValueError, match="unknown model"):
+            parse_spec(bad)
+
+
+def test_a_run_to_convergence_is_evaluated_every_budget_and_stopped_by_the_engine() -> None:
+    cfg = BirdsConfig(image_size=32, steps=4, batch_size=8, n_test=8)
+    plain, converging = (experiment.run_settings(n, "count", cfg, seed=0)["train"] for n in ("mlp-x3", "mlp-es"))
+    assert (plain["steps"], plain["eval_every"], "early_stop" in plain) == (12, 3, False)
+    assert (converging["steps"], converging["eval_every"], converging["early_stop"]) == (
+        4 * CONVERGENCE_CAP, 4, PATIENCE)
+
+
+def test_a_run_to_convergence_stops_early_and_keeps_its_best_model(tmp_path, monkeypatch) -> None:
+    """The sweep scores the model of the best validation accuracy, not the last step's, once the engine stopped
+    the run for want of a better one."""
+    monkeypatch.setattr(experiment, "PATIENCE", 1)  # stops at the first evaluation that is not a new best
+    cfg = BirdsConfig(image_size=32, steps=2, batch_size=8, n_test=16, lr=0.05)
+    run = experiment.train_model("mlp-es", "count", cfg, seed=0, run_dir=tmp_path / "run")
+    last_step, best_step = run.curve[-1][0], max(run.curve, key=lambda point: point[1])[0]
+    assert last_step < 2 * CONVERGENCE_CAP, "early stopping ended the run before its cap"
+    assert best_step < last_step and [s for s, _ in run.curve] == list(range(2, last_step + 1, 2))
+    kept = {k: v for k, v in run.model.state_dict().items()}
+    for checkpoint, same in (("best", True), ("latest", False)):
+        _, model = load_run(tmp_path / "run", checkpoint, "cpu")
+        assert all(torch.equal(kept[k], v) for k, v in model.state_dict().items()) is same, checkpoint
 
 
 def test_local_readout_is_additive_over_far_apart_regions() -> None:

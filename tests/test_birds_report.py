@@ -207,6 +207,9 @@ def test_the_attention_analysis_takes_the_transformer_that_compares_best_on_vali
     noise = [_run(m, "compare", 0, 0.5, [(100, 0.5 + 0.01 * (m == "transformer-l2"))]) for m in models]
     assert analysed_transformer(_validated(noise, models)) == "transformer-local-l2", "within chance's noise: a tie"
     assert analysed_transformer(_validated(tied, ("mlp", "global"))) is None
+    stopped = results + [_run("transformer-l2-es", "compare", 0, 0.5, [(100, 0.995), (200, 0.9), (300, 0.9)])]
+    assert analysed_transformer(_validated(stopped, (*models, "transformer-l2-es"))) == "transformer-l2-es", (
+        "a run to convergence is judged by the model it keeps, its best, not by its last evaluation")
 
 
 def test_the_budget_table_puts_each_budgets_runs_in_its_own_column() -> None:
@@ -224,6 +227,24 @@ def test_the_budget_table_puts_each_budgets_runs_in_its_own_column() -> None:
         column = f"{'counting' if task == 'count' else 'comparison'} {budget}x ({budget * 100:,} steps)"
         assert _cell(cells[column])[2] == pytest.approx(list(accs)), column
     assert cells["seconds / run at 1x, 3x"] == "2 / 4"
+
+
+def test_the_budget_table_shows_a_run_to_convergence_last_with_where_each_seed_kept_its_model() -> None:
+    curves = {("mlp-es", "count", 0): [(100, 0.5), (200, 0.7), (300, 0.6)],
+              ("mlp-es", "count", 1): [(100, 0.8), (200, 0.8)],  # a tie: the first best is kept
+              ("mlp-es", "compare", 0): [(100, 0.5), (200, 0.6), (300, 0.9)],
+              ("mlp-es", "compare", 1): [(100, 0.55), (200, 0.5)]}
+    results = [_run(m, t, s, 0.5 + 0.1 * s, c) for (m, t, s), c in curves.items()]
+    results += [_run(m, t, s, 0.3) for m in ("mlp", "mlp-x3") for t in ("count", "compare") for s in (0, 1)]
+    rows = table_rows(_sweep(results, ("mlp-es", "mlp", "mlp-x3")))
+    assert list(budget_groups(rows)["mlp"]) == ["1x", "3x", "early stop"]
+    header, _, line = budget_table(rows, 100, results).splitlines()
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in line.split("|")], strict=True))
+    up_to = f"up to {parse_spec('mlp-es').budget * 100:,} steps"
+    assert _cell(cells[f"counting early stop ({up_to})"])[2] == pytest.approx([0.5, 0.6])
+    assert _cell(cells["comparison 3x (300 steps)"])[2] == pytest.approx([0.3, 0.3])
+    assert cells["early stop: step of the kept model, counting; comparison"] == "200 / 100; 300 / 100"
+    assert cells["seconds / run at 1x, 3x, early stop"] == "2 / 4 / 31"
 
 
 def test_the_curve_table_says_whether_a_run_was_still_learning() -> None:

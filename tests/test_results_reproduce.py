@@ -287,7 +287,7 @@ def _seeds_cell(values: list[float]) -> str:
     return f"{mean:.3f} ± {std:.3f} ({' / '.join(f'{v:.3f}' for v in values)})"
 
 
-@pytest.mark.parametrize("folder", ["docs/birds", "docs/birds/quick", "docs/birds/positions"])
+@pytest.mark.parametrize("folder", ["docs/birds", "docs/birds/quick", "docs/birds/positions", "docs/birds/budgets"])
 def test_the_committed_birds_report_is_the_mean_of_its_runs(folder: str) -> None:
     """Every accuracy cell of a committed birds report (results table and results.json) is the mean,
     sample std and per-seed values of that model's runs in its runs.jsonl, every seed the sweep names."""
@@ -310,6 +310,7 @@ def test_the_committed_birds_report_is_the_mean_of_its_runs(folder: str) -> None
 def test_every_mean_and_std_docs_birds_quotes_is_in_a_results_file_it_links() -> None:
     """docs/birds.md quotes its cells by hand from the reports; each "mean ± std" must be one of theirs."""
     sources = ["docs/birds/report.md", "docs/birds/quick/report.md", "docs/birds/positions/report.md",
+               "docs/birds/budgets/report.md",
                "docs/birds/calibration.md", "benchmarks/results/birds_calibration.md",
                "benchmarks/results/birds_mixing.md", "benchmarks/results/birds_probe.md",
                "benchmarks/results/birds_quadrant_tokens.md", "benchmarks/results/birds_positions.md"]

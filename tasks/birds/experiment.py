@@ -43,7 +43,7 @@ from tokformer.engine import (
 from tokformer.errors import DataError, UsageError
 from tokformer.machine import snapshot
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
-from tokformer.tasks.birds.models import build_model, parse_spec
+from tokformer.tasks.birds.models import PATIENCE, build_model, parse_spec
 from tokformer.tasks.birds.report import write_report
 from tokformer.tasks.birds.stream import (
     Drawing,
@@ -202,17 +202,20 @@ def _engine_lines_quiet() -> Iterator[None]:
 def run_settings(name: str, task: str, cfg: BirdsConfig, seed: int) -> dict[str, Any]:
     """The engine config of one sweep run: model ``name`` on ``task``, images and weights from ``seed``,
     ``cfg.steps`` times the name's ``-xN`` multiple, the family's calibrated learning rate and warmup,
-    :data:`EVALUATIONS` evaluations on the validation split (``cfg.n_test`` images)."""
+    :data:`EVALUATIONS` evaluations on the validation split (``cfg.n_test`` images). A run to convergence
+    (``-es``) is evaluated after every ``cfg.steps`` instead and stops after :data:`PATIENCE` evaluations
+    without a better accuracy (the engine's early stopping), its schedule that of the cap it may reach."""
     spec = parse_spec(name)
     lr, warmup = learning_rate(name, cfg.per_family, cfg.lr, cfg.warmup)
     steps = cfg.steps * spec.budget
+    every = cfg.steps if spec.converges else -(-steps // EVALUATIONS)
     return {
         "task": {"name": "birds", "model": name, "question": task, "image_size": cfg.image_size,
                  "token_norm": cfg.token_norm, "species_aux": cfg.species_aux, "scene": cfg.scene,
                  "extra_birds": cfg.extra_birds, "data_seed": seed, "eval_size": cfg.n_test},
         "train": {"steps": steps, "batch_size": cfg.batch_size, "lr": lr, "warmup_steps": max(1, round(warmup * steps)),
                   "weight_decay": cfg.weight_decay, "seed": seed, "device": cfg.device, "keep_last": 1,
-                  "eval_every": -(-steps // EVALUATIONS), "log_every": -(-steps // EVALUATIONS)},
+                  "eval_every": every, "log_every": every, **({"early_stop": PATIENCE} if spec.converges else {})},
     }
 
 
@@ -249,8 +252,9 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
     """Train model ``name`` on ``task`` with ``seed`` through the engine (:func:`run_settings`), in
     ``run_dir``: a folder that holds this run's unfinished training is resumed from its last checkpoint
     (a run cut short by a signal or a crash loses at most a quarter of its steps). Without ``run_dir``
-    the run lives in a temporary folder. Raises when a signal stopped the run (its
-    checkpoint saved): :class:`SweepInterrupted`."""
+    the run lives in a temporary folder. The model returned is the last step's, or for a run to
+    convergence (``-es``) the one of its best validation accuracy. Raises when a signal stopped the run
+    (its checkpoint saved): :class:`SweepInterrupted`."""
     if run_dir is None:
         with tempfile.TemporaryDirectory(prefix="tokformer-birds-") as scratch:
             return train_model(name, task, cfg, seed, run_dir=Path(scratch) / "run")
@@ -265,7 +269,7 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
     if result.interrupted:
         raise SweepInterrupted(f"stopped at step {result.step} of {name} on {task}, seed {seed}; its checkpoint "
                                "is saved and the same command resumes there", result.signal)
-    _, model = load_run(run_dir, "latest", cfg.device)
+    _, model = load_run(run_dir, "best" if parse_spec(name).converges else "latest", cfg.device)
     curve = [(r["step"], float(r["accuracy"])) for r in read_metrics(run_dir) if r.get("split") == "eval"]
     return TrainedRun(model, seconds, curve, machine)
 

@@ -286,14 +286,26 @@ class PixelMLP(nn.Module):
 @dataclass(frozen=True)
 class ModelSpec:
     """A parsed model name: family, depth, whether a token model learns its position table
-    (``-lpos``) and how many times the sweep's step budget it trains for (``budget``, 1 but for
-    ``-xN`` names)."""
+    (``-lpos``), how many times the sweep's step budget it trains for (``budget``, 1 but for
+    ``-xN`` names) and whether it trains until its validation accuracy stops improving (``-es``:
+    early stopping, within :data:`CONVERGENCE_CAP` times the steps, which is then its ``budget``)."""
 
     name: str
     family: str
     depth: int
     budget: int = 1
     learned_positions: bool = False
+    converges: bool = False
+
+    @property
+    def budget_name(self) -> str:
+        """The budget as tables name it: ``3x``, or ``early stop`` for a run to convergence."""
+        return "early stop" if self.converges else f"{self.budget}x"
+
+    @property
+    def budget_order(self) -> tuple[bool, int]:
+        """Sorts budgets as tables show them: the fixed multiples in order, then the run to convergence."""
+        return self.converges, self.budget
 
     @property
     def setting(self) -> str:
@@ -303,9 +315,10 @@ class ModelSpec:
 
     @property
     def base(self) -> str:
-        """The name without its step multiple (``mixer-l2-x3`` -> ``mixer-l2``): the same model at another budget."""
+        """The name without its budget (``mixer-l2-x3``, ``mixer-l2-es`` -> ``mixer-l2``): the same model at
+        another budget."""
         match = _SPEC.match(self.name)
-        return self.name[: match.start("budget") - len("-x")] if match.group("budget") else self.name
+        return self.name[: match.start("run")] if match.group("run") else self.name
 
     @property
     def base_label(self) -> str:
@@ -326,6 +339,8 @@ class ModelSpec:
             "mlp": f"Fully connected on raw pixels, {self.depth} hidden",
         }[self.family]
         label += ", learned positions" if self.learned_positions else ""
+        if self.converges:
+            return label + f", early stopping (up to {self.budget}x steps)"
         return label + (f", {self.budget}x steps" if self.budget > 1 else "")
 
     @property
@@ -357,28 +372,36 @@ _FAMILIES: dict[str, tuple[str, int | None]] = {
     "transformer": ("l", None), "transformer-local": ("l", None), "mixer": ("l", None),
 }
 MAX_BUDGET = 1000  # -xK: the sweep's learning curves take 1, 3 and 10 times the steps
+# -es: a run to convergence stops once its validation accuracy has not improved for a while, or at this many
+# times the steps (its learning-rate schedule is that long run's), whichever comes first
+CONVERGENCE_CAP = 30
+# ... and it stops after this many evaluations, one per base budget, without a better validation accuracy: three
+# base budgets (900 steps of 64 at the full preset) outlast the evaluations' noise on a curve still rising
+PATIENCE = 3
 _SPEC = re.compile(r"^(?P<family>[a-z]+(?:-local)?)(?:-(?P<letter>[dl])(?P<depth>\d+))?(?P<lpos>-lpos)?"
-                   r"(?:-x(?P<budget>\d+))?$")
+                   r"(?P<run>-x(?P<budget>\d+)|-es)?$")
 
 
 def parse_spec(name: str) -> ModelSpec:
     """``local-d4`` / ``pool-d3`` / ``global`` / ``mlp`` / ``transformer-l2`` / ``transformer-local-l2`` /
     ``mixer-l2``, the token models optionally ``-lpos`` (a learned position table), each optionally ``-xK``
-    (K times the step budget) -> ModelSpec, or ValueError."""
+    (K times the step budget) or ``-es`` (until validation stops improving) -> ModelSpec, or ValueError."""
     match = _SPEC.match(name)
     family = match and match.group("family")
     if family not in _FAMILIES:
         raise ValueError(f"unknown model {name!r}; use local-dN, pool-dN, global, mlp, transformer-lN, "
                          "transformer-local-lN or mixer-lN (the last three optionally followed by -lpos: learned "
-                         "positions), optionally followed by -xK (K times the steps)")
+                         "positions), optionally followed by -xK (K times the steps) or -es (early stopping)")
     letter, default = _FAMILIES[family]
     given = match.group("depth")
     if (given is None and default is None) or (given is not None and match.group("letter") != letter):
         raise ValueError(f"model {name!r}: {family} takes a depth as -{letter}N")
-    depth, budget = int(given or default), int(match.group("budget") or 1)
+    converges = match.group("run") == "-es"
+    depth, budget = int(given or default), CONVERGENCE_CAP if converges else int(match.group("budget") or 1)
     if not (1 <= depth <= MAX_LAYERS and 1 <= budget <= MAX_BUDGET):  # past them: memory or time without end
         raise ValueError(f"model {name!r}: the depth must be 1..{MAX_LAYERS} and the step multiple 1..{MAX_BUDGET}")
-    spec = ModelSpec(name, family, depth, budget, learned_positions=match.group("lpos") is not None)
+    spec = ModelSpec(name, family, depth, budget, learned_positions=match.group("lpos") is not None,
+                     converges=converges)
     if spec.learned_positions and not spec.tokens:
         raise ValueError(f"model {name!r}: only the token models (transformer, transformer-local, mixer) take -lpos")
     return spec

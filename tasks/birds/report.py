@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ from tokformer.tasks.birds.design import VIEWS, bayes_accuracy, oracle_accuracie
 from tokformer.tasks.birds.models import (
     LEARNED_POSITION_STD,
     LOCAL_TOKENIZER,
+    PATIENCE,
     READOUT_HIDDEN,
     BirdTransformer,
     LocalCNN,
@@ -124,28 +126,44 @@ def mean_curve(results: list[RunResult], name: str, task: str) -> list[tuple[int
     return [(step, float(np.mean([c[step] for c in curves]))) for step in steps]
 
 
-def budget_groups(rows: list[ModelRow]) -> dict[str, dict[int, ModelRow]]:
-    """Models run at more than one step budget: base model name -> budget -> its row."""
-    groups: dict[str, dict[int, ModelRow]] = {}
-    for r in rows:
-        groups.setdefault(parse_spec(r.model).base, {})[r.budget] = r
+def budget_groups(rows: list[ModelRow]) -> dict[str, dict[str, ModelRow]]:
+    """Models run at more than one step budget: base model name -> budget (``3x``, ``early stop``) -> its row,
+    the budgets in the order tables show them."""
+    groups: dict[str, dict[str, ModelRow]] = {}
+    for r in sorted(rows, key=lambda r: parse_spec(r.model).budget_order):
+        groups.setdefault(parse_spec(r.model).base, {})[parse_spec(r.model).budget_name] = r
     return {base: by_budget for base, by_budget in groups.items() if len(by_budget) > 1}
 
 
-def budget_table(rows: list[ModelRow], steps: int) -> str:
-    """Held-out accuracy, time and size at each step budget, per model run at more than one."""
+def best_steps(results: Sequence[RunResult], name: str, task: str) -> list[int]:
+    """The step of each seed's best validation accuracy (the first, if tied), in seed order: where a run to
+    convergence found the model it keeps."""
+    runs = sorted((r for r in results if r.model == name and r.task == task and r.curve), key=lambda r: r.seed)
+    return [max(r.curve, key=lambda point: point[1])[0] for r in runs]
+
+
+def budget_table(rows: list[ModelRow], steps: int, results: Sequence[RunResult] = ()) -> str:
+    """Held-out accuracy, time and size at each step budget, per model run at more than one; for runs to
+    convergence also the step each seed's kept model comes from (found in ``results``)."""
     groups = budget_groups(rows)
-    budgets = sorted({b for by_budget in groups.values() for b in by_budget})
-    heads = " | ".join(f"{task} {b}x ({b * steps:,} steps)" for task in ("counting", "comparison") for b in budgets)
-    lines = [f"| model | parameters | {heads} | seconds / run at {', '.join(f'{b}x' for b in budgets)} |",
-             "|---|---:|" + "---:|" * (2 * len(budgets)) + "---:|"]
+    specs = {parse_spec(r.model).budget_name: parse_spec(r.model) for by in groups.values() for r in by.values()}
+    budgets = sorted(specs, key=lambda b: specs[b].budget_order)
+    size = lambda b: (f"up to {specs[b].budget * steps:,} steps" if specs[b].converges
+                      else f"{specs[b].budget * steps:,} steps")
+    heads = " | ".join(f"{task} {b} ({size(b)})" for task in ("counting", "comparison") for b in budgets)
+    converged = [b for b in budgets if specs[b].converges]
+    extra = "".join(f" {b}: step of the kept model, counting; comparison |" for b in converged)
+    lines = [f"| model | parameters | {heads} | seconds / run at {', '.join(budgets)} |{extra}",
+             "|---|---:|" + "---:|" * (2 * len(budgets)) + "---:|" + "---:|" * len(converged)]
     for by_budget in groups.values():
-        first = by_budget[min(by_budget)]
+        first = next(iter(by_budget.values()))
         cells = [over_seeds(getattr(by_budget[b], f"{task}_seeds")) if b in by_budget else "—"
                  for task in ("count", "compare") for b in budgets]
         seconds = " / ".join(f"{by_budget[b].seconds:.0f}" if b in by_budget else "—" for b in budgets)
+        kept = ["; ".join(" / ".join(map(str, best_steps(results, by_budget[b].model, task)))
+                          for task in ("count", "compare")) if b in by_budget else "—" for b in converged]
         lines.append(f"| {parse_spec(first.model).base_label} | {first.parameters:,} | {' | '.join(cells)} | "
-                     f"{seconds} |")
+                     f"{seconds} |" + "".join(f" {k} |" for k in kept))
     return "\n".join(lines)
 
 
@@ -166,7 +184,8 @@ def curve_table(sweep: Sweep) -> str:
 
 def plot_curves(path: Path, sweep: Sweep, rows: list[ModelRow]) -> None:
     """Validation accuracy during training, per task: one colour per model run at several budgets
-    (every model when none is), a line per budget (solid 1x, dashed longer), mean over seeds."""
+    (every model when none is), a line per budget (solid 1x, dashed longer, dotted to convergence), mean over
+    seeds."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     grouped = list(budget_groups(rows)) or list(dict.fromkeys(parse_spec(r.model).base for r in rows))
@@ -177,8 +196,9 @@ def plot_curves(path: Path, sweep: Sweep, rows: list[ModelRow]) -> None:
             curve = mean_curve(sweep.results, name, task)
             if spec.base not in colours or not curve:
                 continue
+            style = ":" if spec.converges else "-" if spec.budget == 1 else "--"
             ax.plot(*zip(*curve, strict=True), marker="o", markersize=3, color=colours[spec.base],
-                    linestyle="-" if spec.budget == 1 else "--", label=f"{spec.base}, {spec.budget}x")
+                    linestyle=style, label=f"{spec.base}, {spec.budget_name}")
         ax.axhline(CHANCE[task], color="grey", linestyle=":", label="chance")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training step")
@@ -346,14 +366,16 @@ class AttentionSummary:
 
 def analysed_transformer(sweep: Sweep) -> str | None:
     """The Transformer whose attention the report analyses: the one that compares best on the validation
-    images at any budget (the last evaluation of its first-seed run, whose model is the one analysed: a model
+    images at any budget (the last evaluation of its first-seed run, or the best of a run to convergence,
+    whose model is the one analysed: a model
     at chance shows no strategy, and the issue asks about the model that compares best), ties to the common
     budget, the local tokenizer, then the deepest; None without one. Accuracies within two standard errors of
     a guesser of chance (0.532 on 1,000 images) count as chance alike, so noise among models that learned
     nothing does not pick one."""
     names = [n for n in sweep.config.models if parse_spec(n).family in ("transformer", "transformer-local")]
     above_chance = 0.5 + 2 * math.sqrt(0.25 / sweep.config.n_test)
-    validation = {r.model: r.curve[-1][1] if r.curve[-1][1] > above_chance else 0.0 for r in sweep.results
+    kept = lambda r: max(a for _, a in r.curve) if parse_spec(r.model).converges else r.curve[-1][1]
+    validation = {r.model: kept(r) if kept(r) > above_chance else 0.0 for r in sweep.results
                   if r.task == "compare" and r.seed == sweep.config.seeds[0] and r.curve}
     rank = lambda n: (validation.get(n, 0.0), parse_spec(n).budget == 1, parse_spec(n).family == "transformer-local",
                       parse_spec(n).depth)
@@ -666,9 +688,14 @@ def curve_section(sweep: Sweep, rows: list[ModelRow]) -> str:
     """The learning curves: accuracy at each step budget run, and validation accuracy during every run."""
     parts = []
     if budget_groups(rows):
+        stopping = ("; a run to convergence is evaluated after every "
+                    f"{sweep.config.steps:,} steps and stops after {PATIENCE} evaluations without a better "
+                    "validation accuracy, keeping its best model" if any(parse_spec(r.model).converges for r in rows)
+                    else "")
         parts += ["Held-out test accuracy at each step budget run (the schedule stretched to fit: a *N*x run is a "
-                  "run of its own, not the 1x run continued), mean ± sample std over seeds, then each seed:", "",
-                  budget_table(rows, sweep.config.steps), ""]
+                  f"run of its own, not the 1x run continued{stopping}), mean ± sample std over seeds, then each "
+                  "seed:", "",
+                  budget_table(rows, sweep.config.steps, sweep.results), ""]
     if any(r.curve for r in sweep.results):
         parts += ["Validation accuracy during training (the engine evaluates every run at each quarter of its "
                   "steps on the validation images; mean over seeds). \"Still rising\": more than 0.01 gained over "
