@@ -135,11 +135,16 @@ def budget_groups(rows: list[ModelRow]) -> dict[str, dict[str, ModelRow]]:
     return {base: by_budget for base, by_budget in groups.items() if len(by_budget) > 1}
 
 
+def best_point(curve: Sequence[tuple[int, float]]) -> tuple[int, float]:
+    """(step, validation accuracy) of a run's best evaluation, the first if tied: what a run to convergence keeps."""
+    return max(curve, key=lambda point: point[1])
+
+
 def best_steps(results: Sequence[RunResult], name: str, task: str) -> list[int]:
-    """The step of each seed's best validation accuracy (the first, if tied), in seed order: where a run to
-    convergence found the model it keeps."""
+    """The step of each seed's best validation accuracy, in seed order: where a run to convergence found the
+    model it keeps."""
     runs = sorted((r for r in results if r.model == name and r.task == task and r.curve), key=lambda r: r.seed)
-    return [max(r.curve, key=lambda point: point[1])[0] for r in runs]
+    return [best_point(r.curve)[0] for r in runs]
 
 
 def budget_table(rows: list[ModelRow], steps: int, results: Sequence[RunResult] = ()) -> str:
@@ -374,7 +379,7 @@ def analysed_transformer(sweep: Sweep) -> str | None:
     nothing does not pick one."""
     names = [n for n in sweep.config.models if parse_spec(n).family in ("transformer", "transformer-local")]
     above_chance = 0.5 + 2 * math.sqrt(0.25 / sweep.config.n_test)
-    kept = lambda r: max(a for _, a in r.curve) if parse_spec(r.model).converges else r.curve[-1][1]
+    kept = lambda r: (best_point(r.curve) if parse_spec(r.model).converges else r.curve[-1])[1]
     validation = {r.model: kept(r) if kept(r) > above_chance else 0.0 for r in sweep.results
                   if r.task == "compare" and r.seed == sweep.config.seeds[0] and r.curve}
     rank = lambda n: (validation.get(n, 0.0), parse_spec(n).budget == 1, parse_spec(n).family == "transformer-local",
