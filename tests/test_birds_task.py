@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from PIL import Image
 
 from tokformer.cli import main
 from tokformer.engine import load_run, seed_everything
+from tokformer.errors import DataError
 from tokformer.tasks.birds import experiment
 from tokformer.tasks.birds.data import N_CLASSES, TASKS
 from tokformer.tasks.birds.experiment import BirdsConfig, SweepInterrupted, run_settings, train_model
@@ -54,14 +57,17 @@ def test_a_runs_curve_is_its_validation_accuracy_at_each_evaluation() -> None:
     assert run.curve[-1][1] == accuracy(run.model, val, torch.device("cpu")), "the last point is the final model's"
 
 
-def _interrupt_at_training_step(monkeypatch, at: int) -> list[int]:
-    """SIGINT from inside training step ``at`` (1-based), once; returns the list of training steps taken."""
+def _interrupt_at_training_step(monkeypatch, at: int, slow: float = 0.0) -> list[int]:
+    """SIGINT from inside training step ``at`` (1-based), once, each step before it taking ``slow``
+    seconds longer; returns the list of training steps taken."""
     taken: list[int] = []
     step, fired = BirdsTask.step, []
 
     def counting_step(self, model, batch):
         if torch.is_grad_enabled():  # training, not an evaluation
             taken.append(1)
+            if not fired:
+                time.sleep(slow)
             if len(taken) == at and not fired:
                 fired.append(1)
                 signal.raise_signal(signal.SIGINT)
@@ -73,10 +79,11 @@ def _interrupt_at_training_step(monkeypatch, at: int) -> list[int]:
 
 def test_an_interrupted_sweep_resumes_its_run_in_progress_from_the_checkpoint(tmp_path: Path, monkeypatch) -> None:
     """Ctrl-C in the middle of a run: the engine saves a checkpoint and the sweep stops; run again, it
-    trains only the steps left and ends with the weights of a run never interrupted."""
+    trains only the steps left and ends with the weights and validation curve of a run never
+    interrupted, timed over both processes."""
     config = BirdsConfig(**{**SMALL.__dict__, "models": ("pool-d1",), "tasks": ("count",), "seeds": (0,)})
     straight = experiment.run_sweep(config, out=tmp_path / "straight").models[("pool-d1", "count")]
-    taken = _interrupt_at_training_step(monkeypatch, at=3)
+    taken = _interrupt_at_training_step(monkeypatch, at=3, slow=0.5)
     with pytest.raises(SweepInterrupted, match="stopped at step 3 of pool-d1 on count"):
         experiment.run_sweep(config, out=tmp_path / "cut")
     assert (tmp_path / "cut" / experiment.TRAINING_DIR / "pool-d1-count-seed0").is_dir(), "its checkpoint is kept"
@@ -85,9 +92,19 @@ def test_an_interrupted_sweep_resumes_its_run_in_progress_from_the_checkpoint(tm
     assert len(taken) == config.steps - 3, "only the steps after the checkpoint are trained again"
     _equal_weights(straight, resumed)
     assert not (tmp_path / "cut" / experiment.TRAINING_DIR).exists(), "recorded runs leave no checkpoints"
-    lines = [json.loads(line) for line in (tmp_path / "cut" / "runs.jsonl").read_text().splitlines()]
-    steps = [point[0] for point in lines[0]["curve"]]
-    assert steps == [2, 3, 4, 6, 8], "the curve spans the interruption (and the evaluation its stop saved at 3)"
+    (record,), (expected,) = (
+        [json.loads(line) for line in (tmp_path / sweep / "runs.jsonl").read_text().splitlines()]
+        for sweep in ("cut", "straight"))
+    assert record["curve"] == expected["curve"] == [[2, ANY], [4, ANY], [6, ANY], [8, ANY]], (
+        "the stop evaluated off the schedule, or the curve lost the steps before it")
+    assert record["train_seconds"] >= 3 * 0.5, "the seconds of the interrupted process (3 slowed steps) are lost"
+
+
+@pytest.mark.parametrize("text", ["-1", "NaN", "true", '"12"', "[3]"])
+def test_a_damaged_record_of_earlier_training_seconds_is_a_one_line_error_naming_it(tmp_path: Path, text: str) -> None:
+    (tmp_path / experiment.SECONDS_FILE).write_text(text)
+    with pytest.raises(DataError, match=f"{experiment.SECONDS_FILE} is damaged: training seconds must be a number"):
+        experiment._seconds_before(tmp_path)
 
 
 def test_the_birds_command_exits_as_a_signal_stop_and_says_how_to_resume(tmp_path: Path, monkeypatch) -> None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -195,3 +197,32 @@ def test_an_overwritten_run_is_deleted_once_the_new_run_has_a_checkpoint(finishe
     train("sort", quiet=True, steps=3, run_dir=str(run), overwrite=True, **TINY)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"], "the old run set aside by --overwrite is left"
     assert list_checkpoints(run) == [3]
+
+
+def test_a_signal_between_evaluations_leaves_early_stopping_as_in_a_run_never_stopped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop between two scheduled evaluations is checkpointed without an evaluation of its own: one
+    would count towards early stopping, so the resumed run would stop three steps sooner (here at 6
+    rather than 9) and with another best, than the same run never stopped."""
+    monkeypatch.setattr(trainer, "evaluate_model", lambda *args, **kwargs: {"loss": 1.0, "accuracy": 0.5})
+    settings = dict(quiet=True, steps=10 * STEPS, early_stop=2, **TINY)
+    straight = train("sort", run_dir=str(tmp_path / "straight"), **settings)
+    assert (straight.step, straight.stopped_early) == (9, True), "patience 2 after the best at step 3"
+
+    clip, calls = trainer.Trainer._clip, []
+
+    def signalled_in_step_4(self: trainer.Trainer, model: torch.nn.Module) -> float:
+        calls.append(1)
+        if len(calls) == 4:
+            os.kill(os.getpid(), signal.SIGTERM)  # seen at the next step's vote: the run stops after step 5
+        return clip(self, model)
+
+    monkeypatch.setattr(trainer.Trainer, "_clip", signalled_in_step_4)
+    stopped = train("sort", run_dir=str(tmp_path / "stopped"), **settings)
+    assert (stopped.interrupted, stopped.step) == (True, 5)
+    assert list_checkpoints(stopped.run_dir) == [3, 5], "the stop's checkpoint"
+    monkeypatch.setattr(trainer.Trainer, "_clip", clip)
+    resumed = train(resume=stopped.run_dir, quiet=True)
+    assert (resumed.step, resumed.stopped_early, resumed.best) == (straight.step, True, straight.best)
+    assert [r["step"] for r in records(resumed.run_dir, "eval")] == [r["step"] for r in records(straight.run_dir,
+                                                                                                 "eval")] == [3, 6, 9]

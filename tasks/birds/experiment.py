@@ -38,10 +38,12 @@ from tokformer.engine import (
     read_metrics,
     train,
     write_atomic,
+    write_json_atomic,
     write_text_atomic,
 )
 from tokformer.errors import DataError, UsageError
 from tokformer.machine import snapshot
+from tokformer.store.steps import list_checkpoints
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
 from tokformer.tasks.birds.models import PATIENCE, build_model, parse_spec
 from tokformer.tasks.birds.report import write_report
@@ -58,6 +60,7 @@ from tokformer.weights import count_parameters
 log = logging.getLogger("tokformer.birds")
 RUNS_LOG = "runs.jsonl"  # one line per finished training run, written as the sweep goes
 TRAINING_DIR = "training"  # the engine's folder of each run in progress (checkpoints: resume mid-run)
+SECONDS_FILE = "train_seconds.json"  # beside a run's checkpoints: the seconds of the processes that trained it
 EVALUATIONS = 4  # evaluations on the validation split per run (each saves a checkpoint), the last at its end
 SWEEP_FILE = "sweep.json"  # the config a report directory's runs belong to: what makes a resume safe
 MODELS_DIR = "models"  # the first seed's trained models, so a resumed sweep can still draw its analysis figures
@@ -238,9 +241,10 @@ class SweepInterrupted(KeyboardInterrupt):
 
 @dataclass
 class TrainedRun:
-    """A run the engine finished: the model as trained (last step), its training seconds in this
-    process (image drawing excluded), its validation accuracy at each evaluation ``[(step, acc)]``
-    and the machine it started on (:func:`tokformer.machine.snapshot`: a time means little without it)."""
+    """A run the engine finished: the model as trained (last step), its training seconds in the
+    processes that trained it (:func:`_seconds_before`; image drawing excluded), its validation
+    accuracy at each evaluation ``[(step, acc)]`` and the machine its last process ran on
+    (:func:`tokformer.machine.snapshot`: a time means little without it)."""
 
     model: nn.Module
     seconds: float
@@ -260,18 +264,35 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
             return train_model(name, task, cfg, seed, run_dir=Path(scratch) / "run")
     stream = shared_stream(Drawing.of(cfg), task, seed)  # the task's own: timing can leave its drawing out
     machine, drawn, start = snapshot(), stream.drawing_seconds, time.perf_counter()
-    with _engine_lines_quiet():
-        if run_dir.exists():
-            result = train(resume=run_dir, quiet=True)
-        else:
-            result = train(run_settings(name, task, cfg, seed), quiet=True, run_dir=str(run_dir))
-    seconds = time.perf_counter() - start - (stream.drawing_seconds - drawn)
+    earlier = _seconds_before(run_dir)
+    try:
+        with _engine_lines_quiet():
+            if run_dir.exists():
+                result = train(resume=run_dir, quiet=True)
+            else:
+                result = train(run_settings(name, task, cfg, seed), quiet=True, run_dir=str(run_dir))
+    finally:
+        seconds = earlier + time.perf_counter() - start - (stream.drawing_seconds - drawn)
+        if list_checkpoints(run_dir):  # else the run starts over, and its time with it
+            write_json_atomic(run_dir / SECONDS_FILE, seconds)
     if result.interrupted:
         raise SweepInterrupted(f"stopped at step {result.step} of {name} on {task}, seed {seed}; its checkpoint "
                                "is saved and the same command resumes there", result.signal)
     _, model = load_run(run_dir, "best" if parse_spec(name).converges else "latest", cfg.device)
     curve = [(r["step"], float(r["accuracy"])) for r in read_metrics(run_dir) if r.get("split") == "eval"]
     return TrainedRun(model, seconds, curve, machine)
+
+
+def _seconds_before(run_dir: Path) -> float:
+    """The training seconds that earlier processes spent on the run in ``run_dir`` (a run stopped and
+    resumed is timed whole; a process killed outright, SIGKILL, is not counted); 0 for a new run."""
+    path = run_dir / SECONDS_FILE
+    if not path.is_file():
+        return 0.0
+    seconds = files.read_json(path)
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds < math.inf:
+        raise DataError(f"{path} is damaged: training seconds must be a number >= 0, not {seconds!r}")
+    return float(seconds)
 
 
 def _model_path(out: Path, name: str, task: str) -> Path:

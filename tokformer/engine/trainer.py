@@ -254,9 +254,14 @@ class Trainer:
                         self._log(logbook, "train", step, {**meter.reduce(d), "lr": lr_at(step - 1, tc),
                                                           "grad_norm": grad_norm, "samples_per_s": rate})
                         meter, t0, samples = MeanMeter(), time.perf_counter(), 0
-                    if step % tc.eval_every == 0 or step == tc.steps or stop_votes > 0:
+                    # a signal saves where it stopped but evaluates only on the schedule: an extra
+                    # evaluation would count towards early stopping (and could become the best), so
+                    # the resumed run would stop, and keep, other steps than one never stopped
+                    scheduled = step % tc.eval_every == 0 or step == tc.steps
+                    if scheduled:
                         result.metrics = self._evaluate(eval_model, eval_set, logbook, step)
                         best = self._watch(watch, step, best, result.metrics)
+                    if scheduled or stop_votes > 0:
                         self._save(raw, optimizer, step, best, result.metrics, watch)
                     if stop_votes > 0:
                         result.interrupted = True
