@@ -15,7 +15,7 @@ from tokformer.cli import main
 from tokformer.engine import hold_lock
 from tokformer.errors import ConfigError, UsageError
 from tokformer.machine import cpu_model
-from tokformer.tasks.birds import BirdsConfig, experiment, run_experiment
+from tokformer.tasks.birds import BirdsConfig, experiment, report, run_experiment
 from tokformer.tasks.birds.data import N_CLASSES
 from tokformer.tasks.birds.experiment import RunResult, Sweep
 from tokformer.tasks.birds.models import build_model, parse_spec
@@ -23,10 +23,13 @@ from tokformer.tasks.birds.report import (
     FIGURES,
     analysed_transformer,
     budget_groups,
+    budget_style,
     budget_table,
     curve_table,
+    findings,
     machine_note,
     mean_curve,
+    plot_curves,
     results_table,
     table_rows,
     write_report,
@@ -301,3 +304,32 @@ def test_a_sweep_refuses_a_report_folder_another_sweep_is_writing(tmp_path: Path
     with hold_lock(out, "tokformer birds --quick"), pytest.raises(ConfigError, match=r"in use by tokformer birds"):
         run_experiment(out, config=TINY, quiet=True)
     assert not out.exists(), "nothing was written"
+
+
+def test_the_curve_figure_draws_each_budget_of_a_model_in_its_own_line_style(tmp_path: Path, monkeypatch) -> None:
+    models = ("mlp", "mlp-x3", "mlp-x10", "mlp-es")
+    results = [_run(m, t, s, 0.6, [(100, 0.5), (200, 0.6)]) for m in models for t in ("count", "compare")
+               for s in (0, 1)]
+    drawn = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, path, dpi: drawn.append(fig))
+    sweep = _sweep(results, models)
+    plot_curves(tmp_path / "curves.png", sweep, table_rows(sweep))
+    for ax in drawn[0].axes:
+        styles = {line.get_label(): line.get_linestyle() for line in ax.get_lines()}
+        lines = [styles[f"mlp, {parse_spec(m).budget_name}"] for m in models]
+        assert len(set(lines)) == len(models), f"budgets share a line style: {dict(zip(models, lines, strict=True))}"
+    budgets = [1, 3, 10, 30, 100]
+    assert budget_style("mlp-x100", budgets) == budget_style("mlp-x30", budgets), "past the styles: the last"
+
+
+def test_the_findings_name_one_blind_cnn_and_its_accuracy_once() -> None:
+    results = [_run("pool-d1", t, s, a) for t, a in (("count", 0.8), ("compare", 0.49)) for s in (0, 1)]
+    said = findings(table_rows(_sweep(results, ("pool-d1",))), None)
+    assert "Counting, local-readout CNNs: accuracy 0.80 (chance 0.25)." in said
+    assert ("Comparison, local-readout CNNs in which no output unit can see both birds (1 model): accuracy 0.49 "
+            "(chance 0.50).") in said
+    results += [_run("pool-d2", t, s, a) for t, a in (("count", 0.9), ("compare", 0.52)) for s in (0, 1)]
+    said = findings(table_rows(_sweep(results, ("pool-d1", "pool-d2"))), None)
+    assert "Counting, local-readout CNNs: accuracy 0.80–0.90 (chance 0.25)." in said
+    assert ("Comparison, local-readout CNNs in which no output unit can see both birds (2 models): accuracy "
+            "0.49–0.52 (chance 0.50).") in said

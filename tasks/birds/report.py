@@ -187,23 +187,36 @@ def curve_table(sweep: Sweep) -> str:
     return "\n".join(lines)
 
 
+BUDGET_STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))  # the fixed budgets, smallest first
+CONVERGENCE_STYLE = ":"
+
+
+def budget_style(name: str, budgets: Sequence[int]) -> str | tuple[int, tuple[int, ...]]:
+    """Model ``name``'s line style in a figure of the fixed ``budgets`` (step multiples, ascending): one
+    per budget, so 3x and 10x differ by more than their length (budgets past the styles share the last),
+    dotted for a run to convergence."""
+    spec = parse_spec(name)
+    if spec.converges:
+        return CONVERGENCE_STYLE
+    return BUDGET_STYLES[min(budgets.index(spec.budget), len(BUDGET_STYLES) - 1)]
+
+
 def plot_curves(path: Path, sweep: Sweep, rows: list[ModelRow]) -> None:
     """Validation accuracy during training, per task: one colour per model run at several budgets
-    (every model when none is), a line per budget (solid 1x, dashed longer, dotted to convergence), mean over
-    seeds."""
+    (every model when none is), a line style per budget (:func:`budget_style`), mean over seeds."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     grouped = list(budget_groups(rows)) or list(dict.fromkeys(parse_spec(r.model).base for r in rows))
     colours = dict(zip(grouped, plt.get_cmap("tab10").colors, strict=False))
+    budgets = sorted({spec.budget for spec in map(parse_spec, sweep.config.models) if not spec.converges})
     for ax, task, title in ((axes[0], "count", "How many birds?"), (axes[1], "compare", "Same species?")):
         for name in sweep.config.models:
             spec = parse_spec(name)
             curve = mean_curve(sweep.results, name, task)
             if spec.base not in colours or not curve:
                 continue
-            style = ":" if spec.converges else "-" if spec.budget == 1 else "--"
             ax.plot(*zip(*curve, strict=True), marker="o", markersize=3, color=colours[spec.base],
-                    linestyle=style, label=f"{spec.base}, {spec.budget_name}")
+                    linestyle=budget_style(name, budgets), label=f"{spec.base}, {spec.budget_name}")
         ax.axhline(CHANCE[task], color="grey", linestyle=":", label="chance")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training step")
@@ -587,12 +600,11 @@ def findings(rows: list[ModelRow], attention: AttentionSummary | None) -> list[s
     blind = [r for r in local if r.both_birds == 0]
     seeing = [r for r in local if r.both_birds > 0]
     if local:
-        counts = [r.count_mean for r in local]
-        out.append(f"Counting, local-readout CNNs: accuracy {min(counts):.2f}–{max(counts):.2f} (chance 0.25).")
+        out.append(f"Counting, local-readout CNNs: accuracy {_span([r.count_mean for r in local])} (chance 0.25).")
     if blind:
-        accs = [r.compare_mean for r in blind]
         out.append(f"Comparison, local-readout CNNs in which no output unit can see both birds ({len(blind)} "
-                   f"models): accuracy {min(accs):.2f}–{max(accs):.2f} (chance 0.50).")
+                   f"model{'s' if len(blind) > 1 else ''}): accuracy {_span([r.compare_mean for r in blind])} "
+                   "(chance 0.50).")
     if seeing:
         parts = ", ".join(f"{r.model} {r.compare_mean:.2f} (sees both in {100 * r.both_birds:.0f}%)" for r in seeing)
         out.append(f"Comparison, local-readout CNNs whose receptive field can hold both birds: {parts}.")
@@ -604,6 +616,12 @@ def findings(rows: list[ModelRow], attention: AttentionSummary | None) -> list[s
     if attention is not None:
         out += _attention_findings(attention)
     return out
+
+
+def _span(values: Sequence[float]) -> str:
+    """``0.49–0.52``, or ``0.49`` when the values print alike (one model, or several that agree)."""
+    low, high = f"{min(values):.2f}", f"{max(values):.2f}"
+    return low if low == high else f"{low}–{high}"
 
 
 def _ranking(rows: list[ModelRow]) -> list[str]:
