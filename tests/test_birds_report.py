@@ -175,7 +175,8 @@ def _run(model: str, task: str, seed: int, accuracy: float, curve: list[tuple[in
 
 
 def test_a_mean_curve_averages_the_evaluations_every_seed_has() -> None:
-    """A run resumed after a stop has one more point (where the stop saved): left out, not averaged with nothing."""
+    """A point some run lacks (a run resumed before 9a10e92 has one where its stop saved) is left out, not
+    averaged with nothing."""
     results = [_run("mlp", "compare", 0, 0.7, [(2, 0.5), (4, 0.7)]),
                _run("mlp", "compare", 1, 0.9, [(2, 0.6), (3, 0.65), (4, 0.9)]),
                _run("mlp", "count", 0, 0.1, [(2, 0.1), (4, 0.1)])]

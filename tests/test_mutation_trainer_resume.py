@@ -226,3 +226,22 @@ def test_a_signal_between_evaluations_leaves_early_stopping_as_in_a_run_never_st
     assert (resumed.step, resumed.stopped_early, resumed.best) == (straight.step, True, straight.best)
     assert [r["step"] for r in records(resumed.run_dir, "eval")] == [r["step"] for r in records(straight.run_dir,
                                                                                                  "eval")] == [3, 6, 9]
+
+
+def test_a_run_that_stopped_early_stays_stopped_when_resumed_unless_its_patience_is_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Resuming a finished run is safe to repeat (a requeued job, a sweep stopped before it recorded the run):
+    one that early stopping ended trains no further. Before, it trained one more step (logged, never
+    saved) and returned it as the run's last step."""
+    monkeypatch.setattr(trainer, "evaluate_model", lambda *args, **kwargs: {"loss": 1.0, "accuracy": 0.5})
+    first = train("sort", quiet=True, steps=10 * STEPS, early_stop=2, run_dir=str(tmp_path / "run"), **TINY)
+    assert (first.step, first.stopped_early) == (9, True)
+    caplog.set_level(logging.INFO, logger="tokformer")
+    again = train(resume=first.run_dir, quiet=True)
+    assert (again.step, again.stopped_early, again.best, again.metrics) == (9, True, first.best, first.metrics)
+    assert list_checkpoints(first.run_dir) == [3, 6, 9]
+    assert [r["step"] for r in records(first.run_dir, "train")] == list(range(1, 10)), "it trained on"
+    assert ("the run stopped early at step 9 (no better accuracy for 2 evaluations): nothing to train; a larger "
+            "--early-stop, or 0, goes on") in said(caplog)
+    more_patient = train(resume=first.run_dir, quiet=True, early_stop=3)
+    assert (more_patient.step, more_patient.stopped_early) == (12, True), "patience 3 allows one more evaluation"

@@ -118,7 +118,8 @@ def table_rows(sweep: Sweep) -> list[ModelRow]:
 
 def mean_curve(results: list[RunResult], name: str, task: str) -> list[tuple[int, float]]:
     """``name``'s validation accuracy on ``task`` at each evaluation its runs share, averaged over seeds
-    (a run cut short and resumed has one more point, where its stop saved; points not in every run go)."""
+    (points not in every run go: a run to convergence that stopped sooner, or a run cut short and resumed
+    before 9a10e92, which has one more point where its stop saved: the committed full sweep holds such runs)."""
     curves = [dict(r.curve) for r in results if r.model == name and r.task == task and r.curve]
     if not curves:
         return []

@@ -226,14 +226,19 @@ class Trainer:
                             num_workers=tc.num_workers, worker_init_fn=data_worker_init,
                             generator=torch.Generator().manual_seed(tc.seed))
         batches = iter(loader)
-        # a resumed run that has nothing left to do still reports its last evaluation
-        result = RunResult(self.run_dir, step, best=best, metrics=dict(last_metrics))
+        # a resumed run that has nothing left to do still reports its last evaluation; one that early
+        # stopping had ended stays ended (a larger --early-stop, or 0, on resume goes on)
+        result = RunResult(self.run_dir, step, best=best, metrics=dict(last_metrics),
+                           stopped_early=watch.should_stop and step < tc.steps)
+        if result.stopped_early:
+            self._info("the run stopped early at step %d (no better %s for %d evaluations): nothing to train; "
+                       "a larger --early-stop, or 0, goes on", step, task.best_metric, watch.stale)
         meter, t0, samples = MeanMeter(), time.perf_counter(), 0
         bar = progress(self.show, total=tc.steps, initial=step, desc="train", unit="step")
         model.train()
         try:
             with stop_on_signals() as stop:
-                while step < tc.steps:
+                while step < tc.steps and not result.stopped_early:
                     set_lr(optimizer, lr_at(step, tc))
                     loss = self._accumulate(model, batches, meter)
                     # one collective for both: the loss summed over ranks, and how many ranks got a stop signal
