@@ -17,7 +17,6 @@ from PIL import Image
 
 from tokformer.cli import main
 from tokformer.engine import load_run, seed_everything
-from tokformer.errors import DataError
 from tokformer.tasks.birds import experiment
 from tokformer.tasks.birds.data import N_CLASSES, TASKS
 from tokformer.tasks.birds.experiment import BirdsConfig, SweepInterrupted, run_settings, train_model
@@ -100,11 +99,22 @@ def test_an_interrupted_sweep_resumes_its_run_in_progress_from_the_checkpoint(tm
     assert record["train_seconds"] >= 3 * 0.5, "the seconds of the interrupted process (3 slowed steps) are lost"
 
 
-@pytest.mark.parametrize("text", ["-1", "NaN", "true", '"12"', "[3]"])
-def test_a_damaged_record_of_earlier_training_seconds_is_a_one_line_error_naming_it(tmp_path: Path, text: str) -> None:
-    (tmp_path / experiment.SECONDS_FILE).write_text(text)
-    with pytest.raises(DataError, match=f"{experiment.SECONDS_FILE} is damaged: training seconds must be a number"):
-        experiment._seconds_before(tmp_path)
+@pytest.mark.parametrize("text", ["-1", "NaN", "true", '"12"', "[3]", "{"])
+def test_a_run_whose_record_of_earlier_seconds_is_damaged_is_trained_again_from_its_start(
+        tmp_path: Path, monkeypatch, caplog, text: str) -> None:
+    """How long a stopped run took before is unknown: resumed, its time would be wrong, so it starts over
+    (a warning names the file), as a damaged line of runs.jsonl does (docs/reliability.md, H67)."""
+    config = BirdsConfig(**{**SMALL.__dict__, "models": ("pool-d1",), "tasks": ("count",), "seeds": (0,)})
+    _interrupt_at_training_step(monkeypatch, at=3)
+    with pytest.raises(SweepInterrupted):
+        experiment.run_sweep(config, out=tmp_path / "cut")
+    record = tmp_path / "cut" / experiment.TRAINING_DIR / "pool-d1-count-seed0" / experiment.SECONDS_FILE
+    record.write_text(text)
+    taken = _interrupt_at_training_step(monkeypatch, at=10 ** 6)
+    experiment.run_sweep(config, out=tmp_path / "cut")
+    assert len(taken) == config.steps, "it resumed from the checkpoint"
+    warning = next(r.getMessage() for r in caplog.records if r.name == "tokformer.birds")
+    assert warning.startswith(f"{record} is ") and warning.endswith("; training that run again from its start")
 
 
 def test_the_birds_command_exits_as_a_signal_stop_and_says_how_to_resume(tmp_path: Path, monkeypatch) -> None:

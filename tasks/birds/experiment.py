@@ -264,7 +264,12 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
             return train_model(name, task, cfg, seed, run_dir=Path(scratch) / "run")
     stream = shared_stream(Drawing.of(cfg), task, seed)  # the task's own: timing can leave its drawing out
     machine, drawn, start = snapshot(), stream.drawing_seconds, time.perf_counter()
-    earlier = _seconds_before(run_dir)
+    try:
+        earlier = _seconds_before(run_dir)
+    except DataError as error:  # a pipe, not JSON, not a number: how long the run took so far is unknown
+        log.warning("%s; training that run again from its start", error)
+        shutil.rmtree(run_dir)
+        earlier = 0.0
     try:
         with _engine_lines_quiet():
             if run_dir.exists():
@@ -285,7 +290,8 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
 
 def _seconds_before(run_dir: Path) -> float:
     """The training seconds that earlier processes spent on the run in ``run_dir`` (a run stopped and
-    resumed is timed whole; a process killed outright, SIGKILL, is not counted); 0 for a new run."""
+    resumed is timed whole; a process killed outright, SIGKILL, is not counted); 0 for a new run.
+    Raises :class:`DataError` when the record is damaged."""
     path = run_dir / SECONDS_FILE
     if not path.is_file():
         return 0.0
