@@ -289,8 +289,10 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
 
 
 def _seconds_before(run_dir: Path) -> float:
-    """The training seconds that earlier processes spent on the run in ``run_dir`` (a run stopped and
-    resumed is timed whole; a process killed outright, SIGKILL, is not counted); 0 for a new run.
+    """The training seconds that earlier processes spent on the run in ``run_dir``, so that a run stopped
+    (a signal, an exception) and resumed is timed whole; 0 for a new run. A process killed outright
+    (SIGKILL, a lost machine) records nothing, though the steps it checkpointed are kept: such a run's
+    time is short by them (the engine's checkpoints would have to carry the seconds to cover it).
     Raises :class:`DataError` when the record is damaged."""
     path = run_dir / SECONDS_FILE
     if not path.is_file():
