@@ -314,7 +314,11 @@ def _encoded(paths: list[Path], tokenizer: BPETokenizer, workers: int,
             raise Interrupted(signal.SIGTERM) from None
         raise
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)  # a worker finishes its document, then exits
+        # each worker finishes its document, then exits; waiting for that lets the pool close its wakeup
+        # pipe before the interpreter's exit handler writes to it (CPython 3.11's unlocked _ThreadWakeup:
+        # without waiting, a stopped command could end in "OSError: [Errno 9] Bad file descriptor";
+        # fixed upstream by python/cpython#125492 in 3.12 and later)
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def prepare_lm(data: str, out: str | os.PathLike, *, tokenizer: str | os.PathLike | None = None,

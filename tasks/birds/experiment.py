@@ -33,6 +33,7 @@ from tokformer import files
 from tokformer.engine import (
     LOGGER,
     hold_lock,
+    list_checkpoints,
     load_run,
     progress,
     read_metrics,
@@ -43,7 +44,6 @@ from tokformer.engine import (
 )
 from tokformer.errors import DataError, UsageError
 from tokformer.machine import snapshot
-from tokformer.store.steps import list_checkpoints
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
 from tokformer.tasks.birds.models import PATIENCE, build_model, parse_spec
 from tokformer.tasks.birds.report import write_report

@@ -24,6 +24,7 @@ from tokformer.store.checkpoints import tokenizer_fingerprint
 from tokformer.store.loader import Predictor, load, load_model, load_run, positive_count, saved_task_name
 from tokformer.store.lock import hold as hold_lock
 from tokformer.store.source import describe, read_json_object
+from tokformer.store.steps import list_checkpoints
 from tokformer.store.weights import load_fitting
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "get_task",
     "help_text",
     "hold_lock",
+    "list_checkpoints",
     "load",
     "load_fitting",
     "load_model",
