@@ -298,7 +298,7 @@ def _seconds_before(run_dir: Path) -> float:
     if not path.is_file():
         return 0.0
     seconds = files.read_json(path)
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds < math.inf:
+    if not (_is_number(seconds) and seconds >= 0):
         raise DataError(f"{path} is damaged: training seconds must be a number >= 0, not {seconds!r}")
     return float(seconds)
 
