@@ -15,26 +15,14 @@ from tokformer.cli import main
 from tokformer.engine import hold_lock
 from tokformer.errors import ConfigError, UsageError
 from tokformer.machine import cpu_model
-from tokformer.tasks.birds import BirdsConfig, experiment, report, run_experiment
+from tokformer.tasks.birds import BirdsConfig, experiment, figures, run_experiment
 from tokformer.tasks.birds.data import N_CLASSES
 from tokformer.tasks.birds.experiment import RunResult, Sweep
+from tokformer.tasks.birds.figures import FIGURES, budget_style, plot_curves
 from tokformer.tasks.birds.models import build_model, parse_spec
-from tokformer.tasks.birds.report import (
-    FIGURES,
-    analysed_transformer,
-    budget_groups,
-    budget_style,
-    budget_table,
-    curve_table,
-    findings,
-    machine_note,
-    mean_curve,
-    plot_curves,
-    results_table,
-    table_rows,
-    write_report,
-)
+from tokformer.tasks.birds.report import budget_table, curve_table, findings, machine_note, results_table, write_report
 from tokformer.tasks.birds.stream import make_split
+from tokformer.tasks.birds.summary import analysed_transformer, budget_groups, mean_curve, table_rows
 
 TINY = BirdsConfig(image_size=32, n_test=32, second_size=48, steps=2, batch_size=16,
                    models=("local-d1", "pool-d2", "global", "transformer-l1", "transformer-local-l1", "mixer-l1",
@@ -184,6 +172,17 @@ def test_a_mean_curve_averages_the_evaluations_every_seed_has() -> None:
     assert mean_curve(results, "global", "compare") == []
 
 
+def test_a_run_to_convergence_that_stopped_sooner_holds_its_kept_accuracy_in_the_mean_curve() -> None:
+    """Seed 0 stopped at step 4 and kept its step-2 model (0.6); seed 1 went on to step 8. The mean goes to
+    step 8, seed 0 counting with 0.6 after it stopped, not with its last evaluation (0.5), and not cut at 4."""
+    results = [_run("mlp-es", "count", 0, 0.6, [(2, 0.6), (4, 0.5)]),
+               _run("mlp-es", "count", 1, 0.9, [(2, 0.4), (4, 0.7), (6, 0.8), (8, 0.9)])]
+    assert mean_curve(results, "mlp-es", "count") == [(2, pytest.approx(0.5)), (4, pytest.approx(0.6)),
+                                                      (6, pytest.approx(0.7)), (8, pytest.approx(0.75))]
+    fixed = [dataclasses.replace(r, model="mlp-x3") for r in results]  # a fixed budget: only the shared points
+    assert mean_curve(fixed, "mlp-x3", "count") == [(2, pytest.approx(0.5)), (4, pytest.approx(0.6))]
+
+
 def _sweep(results: list[RunResult], models: tuple[str, ...]) -> Sweep:
     cfg = BirdsConfig(image_size=32, n_test=8, second_size=0, steps=100, models=models, seeds=(0, 1))
     built = {(m, task): build_model(m, N_CLASSES[task], 32) for m in models for task in cfg.tasks}
@@ -251,12 +250,37 @@ def test_the_budget_table_shows_a_run_to_convergence_last_with_where_each_seed_k
     assert cells["seconds / run at 1x, 3x, early stop"] == "2 / 4 / 31"
 
 
+def test_a_sweep_of_runs_to_convergence_alone_tables_where_each_seed_kept_its_model() -> None:
+    """A folder of ``-es`` models only (each family at one budget) still gets the budget table: the step each
+    seed kept is the budget the run found; a fixed-budget model run at one budget stays out of it."""
+    results = [_run("mlp-es", t, s, 0.5, [(100, 0.5), (200, 0.6 + 0.1 * s), (300, 0.55)])
+               for t in ("count", "compare") for s in (0, 1)]
+    results += [_run("global", t, s, 0.5) for t in ("count", "compare") for s in (0, 1)]
+    rows = table_rows(_sweep(results, ("mlp-es", "global")))
+    assert list(budget_groups(rows)) == ["mlp"]
+    header, _, line = budget_table(rows, 100, results).splitlines()
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in line.split("|")], strict=True))
+    assert cells["early stop: step of the kept model, counting; comparison"] == "200 / 200; 200 / 200"
+
+
 def test_the_curve_table_says_whether_a_run_was_still_learning() -> None:
     results = [_run("mlp", "compare", s, 0.7, [(25, 0.5), (50, 0.6), (75, 0.65), (100, 0.7)]) for s in (0, 1)]
     results += [_run("mlp", "count", s, 0.9, [(25, 0.5), (50, 0.9), (75, 0.905), (100, 0.9)]) for s in (0, 1)]
     lines = curve_table(_sweep(results, ("mlp",))).splitlines()[2:]
     assert lines == [f"| {parse_spec('mlp').label} | count | 25: 0.500, 50: 0.900, 75: 0.905, 100: 0.900 | no |",
                      f"| {parse_spec('mlp').label} | compare | 25: 0.500, 50: 0.600, 75: 0.650, 100: 0.700 | yes |"]
+
+
+def test_a_run_to_convergence_is_still_learning_by_its_last_quarter_not_its_last_evaluation() -> None:
+    """Evaluated every 100 steps up to 1,200: the gain counted is from step 900 (0.68) to the end (0.74), not
+    over the last 100 steps alone (0.735 to 0.74, which would read "no")."""
+    curve = [(100 * k, 0.5 + 0.02 * k) for k in range(1, 10)] + [(1000, 0.73), (1100, 0.735), (1200, 0.74)]
+    results = [_run("mlp-es", task, s, 0.7, curve) for task in ("count", "compare") for s in (0, 1)]
+    lines = curve_table(_sweep(results, ("mlp-es",))).splitlines()[2:]
+    assert [line.rsplit("|", 2)[1].strip() for line in lines] == ["yes", "yes"]
+    flat = curve[:9] + [(1000, 0.681), (1100, 0.682), (1200, 0.689)]  # 0.68 at step 900: within noise of it
+    lines = curve_table(_sweep([dataclasses.replace(r, curve=flat) for r in results], ("mlp-es",))).splitlines()[2:]
+    assert [line.rsplit("|", 2)[1].strip() for line in lines] == ["no", "no"]
 
 
 def test_a_models_time_is_the_median_of_its_runs_so_one_slowed_run_does_not_move_it() -> None:
@@ -312,7 +336,7 @@ def test_the_curve_figure_draws_each_budget_of_a_model_in_its_own_line_style(tmp
     results = [_run(m, t, s, 0.6, [(100, 0.5), (200, 0.6)]) for m in models for t in ("count", "compare")
                for s in (0, 1)]
     drawn = []
-    monkeypatch.setattr(report, "save_figure", lambda fig, path, dpi: drawn.append(fig))
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path, dpi: drawn.append(fig))
     sweep = _sweep(results, models)
     plot_curves(tmp_path / "curves.png", sweep, table_rows(sweep))
     for ax in drawn[0].axes:
@@ -334,3 +358,20 @@ def test_the_findings_name_one_blind_cnn_and_its_accuracy_once() -> None:
     assert "Counting, local-readout CNNs: accuracy 0.80–0.90 (chance 0.25)." in said
     assert ("Comparison, local-readout CNNs in which no output unit can see both birds (2 models): accuracy "
             "0.49–0.52 (chance 0.50).") in said
+
+
+def test_the_findings_of_a_sweep_of_runs_to_convergence_alone_read_those_runs() -> None:
+    """With no 1x row, the common budget is the runs to convergence: the blind CNN and the ranking are read
+    there; beside 1x rows, a run to convergence is not mixed into the 1x findings."""
+    accs = {"pool-d1-es": (0.9, 0.51), "transformer-local-l2-es": (0.95, 0.99), "pool-d1": (0.6, 0.49)}
+    results = [_run(m, t, s, a) for m, pair in accs.items() for t, a in zip(("count", "compare"), pair, strict=True)
+               for s in (0, 1)]
+    said = findings(table_rows(_sweep(results, ("pool-d1-es", "transformer-local-l2-es"))), None)
+    assert "Counting, local-readout CNNs: accuracy 0.90 (chance 0.25)." in said
+    assert ("Comparison, local-readout CNNs in which no output unit can see both birds (1 model): accuracy 0.51 "
+            "(chance 0.50).") in said
+    label = parse_spec("transformer-local-l2-es").label
+    assert any(line.startswith(f"At the common budget, comparison: the best Transformer ({label}, 0.990) is above")
+               for line in said), said
+    said = findings(table_rows(_sweep(results, ("pool-d1", "pool-d1-es", "transformer-local-l2-es"))), None)
+    assert "Counting, local-readout CNNs: accuracy 0.60 (chance 0.25)." in said, "1x rows only"

@@ -1,4 +1,5 @@
-"""The report: a Markdown page with one table and four figures, written into one directory.
+"""The report: ``report.md`` and ``results.json``, with the figures (:mod:`.figures`), written into one
+directory from a sweep's rows (:mod:`.summary`).
 
 Everything a reader needs to judge the claim is in ``report.md``: what the images are,
 what each model can see (its readout and receptive field), accuracy over seeds, the
@@ -10,142 +11,43 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from tokformer.engine import over_seeds, save_figure, write_text_atomic
-from tokformer.tasks.birds.attention import attention_maps, bird_attention, corner_attention, own_bird_attention
-from tokformer.tasks.birds.data import BOTTOM_LEFT, N_CLASSES, SPECIES, TOP_RIGHT, generate
+from tokformer.engine import over_seeds, write_text_atomic
+from tokformer.tasks.birds.data import SPECIES
 from tokformer.tasks.birds.design import VIEWS, bayes_accuracy, oracle_accuracies
+from tokformer.tasks.birds.figures import (
+    plot_accuracy,
+    plot_attention,
+    plot_curves,
+    plot_receptive_fields,
+    plot_samples,
+)
 from tokformer.tasks.birds.models import (
     LEARNED_POSITION_STD,
     LOCAL_TOKENIZER,
     PATIENCE,
     READOUT_HIDDEN,
     BirdTransformer,
-    LocalCNN,
     parse_spec,
 )
-from tokformer.tasks.birds.receptive_field import (
-    analytic_receptive_field,
-    centre_unit,
-    covers_both,
-    effective_receptive_field,
+from tokformer.tasks.birds.summary import (
+    AttentionSummary,
+    ModelRow,
+    attention_summary,
+    best_steps,
+    budget_groups,
+    mean_curve,
+    table_rows,
 )
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-
     from tokformer.tasks.birds.experiment import RunResult, Sweep
-
-FIGURES = ("samples.png", "accuracy_vs_depth.png", "learning_curves.png", "receptive_fields.png", "attention.png")
-CHANCE = {"count": 0.25, "compare": 0.5}
-REFERENCE_COLOURS = ["tab:green", "tab:red", "tab:purple", "tab:brown"]
-
-
-@dataclass
-class ModelRow:
-    """One line of the results table (accuracies as mean and std over seeds)."""
-
-    model: str
-    label: str
-    family: str
-    depth: int
-    receptive_field: int | None  # pixels; None = the whole image
-    both_birds: float  # fraction of comparison test images where one output unit sees both birds' centres
-    parameters: int
-    count_mean: float
-    count_std: float
-    compare_mean: float
-    compare_std: float
-    seconds: float  # median training seconds over every run of the model (both tasks, all seeds)
-    budget: int = 1  # times the sweep's step budget
-    count_second: float = math.nan  # mean accuracy at the second image size (NaN: one size only)
-    compare_second: float = math.nan
-    count_seeds: tuple[float, ...] = ()  # the per-seed test accuracies behind the mean, in seed order
-    compare_seeds: tuple[float, ...] = ()
-
-
-@dataclass
-class Summary:
-    """One model on one task over its seeds."""
-
-    mean: float
-    std: float  # sample std (ddof 1); 0 for one seed
-    second: float  # mean accuracy at the second image size (NaN: not run there)
-    seeds: tuple[float, ...]  # per-seed accuracies, in seed order
-
-
-def summarise(results: list[RunResult], name: str, task: str) -> Summary:
-    """``name`` on ``task`` over its seeds (NaN everywhere when it did not run)."""
-    runs = sorted((r for r in results if r.model == name and r.task == task), key=lambda r: r.seed)
-    if not runs:
-        return Summary(math.nan, math.nan, math.nan, ())
-    accs = np.array([r.accuracy for r in runs])
-    seconds = [r.accuracy_second for r in runs if r.accuracy_second is not None]
-    second = float(np.mean(seconds)) if seconds else math.nan
-    std = float(accs.std(ddof=1)) if len(accs) > 1 else 0.0
-    return Summary(float(accs.mean()), std, second, tuple(float(a) for a in accs))
-
-
-def table_rows(sweep: Sweep) -> list[ModelRow]:
-    """Accuracy, receptive field and size of every model in the sweep."""
-    cfg = sweep.config
-    pairs = _corner_pairs(sweep)
-    rows = []
-    for name in cfg.models:
-        spec = parse_spec(name)
-        model = next(m for (n, _), m in sweep.models.items() if n == name)
-        if isinstance(model, LocalCNN):
-            rf = analytic_receptive_field(model, cfg.image_size)
-            size, both = rf.size, float(covers_both(rf, cfg.image_size, *pairs).mean())
-        else:
-            size, both = None, 1.0  # a global head / attention: every output sees every pixel
-        count = summarise(sweep.results, name, "count")
-        compare = summarise(sweep.results, name, "compare")
-        params = next(r.parameters for r in sweep.results if r.model == name)
-        # the median: one run slowed by a neighbouring job moves a mean, not this
-        seconds = np.median([r.train_seconds for r in sweep.results if r.model == name])
-        rows.append(ModelRow(name, spec.label, spec.family, spec.depth, size, both, params,
-                             count.mean, count.std, compare.mean, compare.std, float(seconds), spec.budget,
-                             count.second, compare.second, count.seeds, compare.seeds))
-    return rows
-
-
-def mean_curve(results: list[RunResult], name: str, task: str) -> list[tuple[int, float]]:
-    """``name``'s validation accuracy on ``task`` at each evaluation its runs share, averaged over seeds
-    (points not in every run go: a run to convergence that stopped sooner, or a run cut short and resumed
-    before 9a10e92, which has one more point where its stop saved: the committed full sweep holds such runs)."""
-    curves = [dict(r.curve) for r in results if r.model == name and r.task == task and r.curve]
-    if not curves:
-        return []
-    steps = sorted(set.intersection(*(set(c) for c in curves)))
-    return [(step, float(np.mean([c[step] for c in curves]))) for step in steps]
-
-
-def budget_groups(rows: list[ModelRow]) -> dict[str, dict[str, ModelRow]]:
-    """Models run at more than one step budget: base model name -> budget (``3x``, ``early stop``) -> its row,
-    the budgets in the order tables show them."""
-    groups: dict[str, dict[str, ModelRow]] = {}
-    for r in sorted(rows, key=lambda r: parse_spec(r.model).budget_order):
-        groups.setdefault(parse_spec(r.model).base, {})[parse_spec(r.model).budget_name] = r
-    return {base: by_budget for base, by_budget in groups.items() if len(by_budget) > 1}
-
-
-def best_point(curve: Sequence[tuple[int, float]]) -> tuple[int, float]:
-    """(step, validation accuracy) of a run's best evaluation, the first if tied: what a run to convergence keeps."""
-    return max(curve, key=lambda point: point[1])
-
-
-def best_steps(results: Sequence[RunResult], name: str, task: str) -> list[int]:
-    """The step of each seed's best validation accuracy, in seed order: where a run to convergence found the
-    model it keeps."""
-    runs = sorted((r for r in results if r.model == name and r.task == task and r.curve), key=lambda r: r.seed)
-    return [best_point(r.curve)[0] for r in runs]
 
 
 def budget_table(rows: list[ModelRow], steps: int, results: Sequence[RunResult] = ()) -> str:
@@ -183,280 +85,20 @@ def curve_table(sweep: Sweep) -> str:
             if len(curve) < 2:
                 continue
             points = ", ".join(f"{step}: {acc:.3f}" for step, acc in curve)
-            rising = curve[-1][1] - curve[-2][1] > 0.01  # more than noise over the last quarter
+            rising = curve[-1][1] - _quarter_before_end(curve) > 0.01  # more than noise over the last quarter
             lines.append(f"| {parse_spec(name).label} | {task} | {points} | {'yes' if rising else 'no'} |")
     return "\n".join(lines)
 
 
-BUDGET_STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))  # the fixed budgets, smallest first
-CONVERGENCE_STYLE = ":"
-
-
-def budget_style(name: str, budgets: Sequence[int]) -> str | tuple[int, tuple[int, ...]]:
-    """Model ``name``'s line style in a figure of the fixed ``budgets`` (step multiples, ascending): one
-    per budget, so 3x and 10x differ by more than their length (budgets past the styles share the last),
-    dotted for a run to convergence."""
-    spec = parse_spec(name)
-    if spec.converges:
-        return CONVERGENCE_STYLE
-    return BUDGET_STYLES[min(budgets.index(spec.budget), len(BUDGET_STYLES) - 1)]
-
-
-def plot_curves(path: Path, sweep: Sweep, rows: list[ModelRow]) -> None:
-    """Validation accuracy during training, per task: one colour per model run at several budgets
-    (every model when none is), a line style per budget (:func:`budget_style`), mean over seeds."""
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
-    grouped = list(budget_groups(rows)) or list(dict.fromkeys(parse_spec(r.model).base for r in rows))
-    colours = dict(zip(grouped, plt.get_cmap("tab10").colors, strict=False))
-    budgets = sorted({spec.budget for spec in map(parse_spec, sweep.config.models) if not spec.converges})
-    for ax, task, title in ((axes[0], "count", "How many birds?"), (axes[1], "compare", "Same species?")):
-        for name in sweep.config.models:
-            spec = parse_spec(name)
-            curve = mean_curve(sweep.results, name, task)
-            if spec.base not in colours or not curve:
-                continue
-            ax.plot(*zip(*curve, strict=True), marker="o", markersize=3, color=colours[spec.base],
-                    linestyle=budget_style(name, budgets), label=f"{spec.base}, {spec.budget_name}")
-        ax.axhline(CHANCE[task], color="grey", linestyle=":", label="chance")
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("training step")
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, loc="lower right", ncol=2)
-    axes[0].set_ylabel("validation accuracy (mean over seeds)")
-    fig.tight_layout()
-    save_figure(fig, path, dpi=110)
-
-
-def _corner_pairs(sweep: Sweep) -> tuple[np.ndarray, np.ndarray]:
-    """Centres ``[n, 2]`` of the top-right and bottom-left birds of comparison test images."""
-    cfg = sweep.config
-    meta = sweep.test_sets["compare"].meta if "compare" in sweep.test_sets else generate(
-        "compare", cfg.n_test, cfg.seeds[0], size=cfg.image_size, split="test", extra_birds=cfg.extra_birds,
-        scene=cfg.scene)
-    order = np.argsort(meta.bird_image, kind="stable")
-    tr = meta.bird_xy[order][meta.bird_slot[order] == TOP_RIGHT]
-    bl = meta.bird_xy[order][meta.bird_slot[order] == BOTTOM_LEFT]
-    return tr, bl
-
-
-# -- figures ------------------------------------------------------------------------
-
-
-def _pyplot():
-    """matplotlib.pyplot, drawing to files only (no display on CI machines); imported when a figure
-    is drawn, not with the module (a second of every command's start)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _show(ax: Axes, image: np.ndarray, title: str = "") -> None:
-    ax.imshow(image, interpolation="nearest")
-    ax.set_title(title, fontsize=8)
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _box(ax: Axes, x0: float, y0: float, x1: float, y1: float, colour: str, style: str = "-") -> None:
-    from matplotlib.patches import Rectangle
-
-    ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0 + 1, y1 - y0 + 1, fill=False, edgecolor=colour,
-                           linewidth=1.2, linestyle=style))
-
-
-def plot_samples(path: Path, image_size: int, seed: int, extra_birds: float, scene: str) -> None:
-    """Six counting and six comparison images with their labels; the compared birds boxed."""
-    count = generate("count", 6, seed, size=image_size, split="sample")
-    compare = generate("compare", 6, seed, size=image_size, split="sample", extra_birds=extra_birds, scene=scene)
-    plt = _pyplot()
-    fig, axes = plt.subplots(2, 6, figsize=(12, 4.6))
-    for i in range(6):
-        _show(axes[0, i], count.images[i], f"count: {count.labels[i] + 1} bird(s)")
-        boxes = compare.bird_boxes(i)
-        species = {int(compare.bird_slot[m]): SPECIES[compare.bird_species[m]].name
-                   for m in np.flatnonzero(compare.bird_image == i)}
-        verdict = "same" if compare.labels[i] else "different"
-        _show(axes[1, i], compare.images[i], f"{verdict}: {species[TOP_RIGHT]} / {species[BOTTOM_LEFT]}")
-        for slot, colour in ((TOP_RIGHT, "yellow"), (BOTTOM_LEFT, "cyan")):
-            _box(axes[1, i], *boxes[slot], colour)
-    axes[0, 0].set_ylabel("task: how many birds?", fontsize=9)
-    axes[1, 0].set_ylabel("task: top-right (yellow) vs\nbottom-left (cyan) same species?", fontsize=9)
-    fig.tight_layout()
-    save_figure(fig, path, dpi=110)
-
-
-def plot_accuracy(path: Path, rows: list[ModelRow]) -> None:
-    """Accuracy vs conv depth for both CNN families, the global CNN and Transformer as reference lines."""
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
-    for ax, task, title in ((axes[0], "count", "How many birds? (4 classes)"),
-                            (axes[1], "compare", "Top-right vs bottom-left: same species? (2 classes)")):
-        for family, marker, colour in (("local", "o", "tab:blue"), ("pool", "s", "tab:orange")):
-            fam = sorted((r for r in rows if r.family == family), key=lambda r: r.depth)
-            if not fam:
-                continue
-            mean = [getattr(r, f"{task}_mean") for r in fam]
-            std = [getattr(r, f"{task}_std") for r in fam]
-            label = {"local": "CNN, local readout, no pooling", "pool": "CNN, local readout, max-pool"}[family]
-            ax.errorbar([r.depth for r in fam], mean, yerr=std, marker=marker, color=colour, capsize=3, label=label)
-            if task == "compare":
-                for r in fam:
-                    ax.annotate(f"RF {r.receptive_field}", (r.depth, getattr(r, f"{task}_mean")), fontsize=6,
-                                textcoords="offset points", xytext=(3, -9), color=colour)
-        references = [r for r in rows if r.family not in ("local", "pool")]
-        for r, colour in zip(references, REFERENCE_COLOURS * len(references), strict=False):
-            value = getattr(r, f"{task}_mean")
-            ax.axhline(value, color=colour, linestyle="-.", linewidth=1.2, label=f"{r.label}: {value:.2f}")
-        ax.axhline(CHANCE[task], color="grey", linestyle=":", label=f"chance ({CHANCE[task]:.2f})")
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("number of 3x3 conv layers")
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
-    axes[0].set_ylabel("held-out accuracy (mean ± std over seeds)")
-    fig.tight_layout()
-    save_figure(fig, path, dpi=110)
-
-
-def _gradient_reaches(erf: np.ndarray, box: tuple[float, float, float, float]) -> bool:
-    """Whether the gradient map ``[H, W]`` is non-zero anywhere inside an (x0, y0, x1, y1) box."""
-    x0, y0, x1, y1 = (int(round(v)) for v in box)
-    h, w = erf.shape
-    return bool(erf[max(y0, 0) : min(y1 + 1, h), max(x0, 0) : min(x1 + 1, w)].max(initial=0.0) > 0)
-
-
-def plot_receptive_fields(path: Path, sweep: Sweep) -> None:
-    """For each local-readout CNN (trained on comparison), on one test image: the central output
-    unit's analytic receptive field (box) and effective receptive field (gradient heat map), and
-    whether that gradient reaches both compared birds."""
-    names = [n for n in sweep.config.models if parse_spec(n).family in ("local", "pool")]
-    test = sweep.test_sets["compare"]
-    index = 0
-    image = test.images[index : index + 1].float() / 255  # [1, 3, H, W]
-    boxes = test.meta.bird_boxes(index)
-    cols = min(4, max(1, len(names)))
-    rows = max(1, math.ceil(len(names) / cols))
-    plt = _pyplot()
-    fig, axes = plt.subplots(rows, cols, figsize=(2.9 * cols, 3.4 * rows), squeeze=False)
-    size = sweep.config.image_size
-    for ax, name in zip(axes.flat, names, strict=False):  # spare axes are blanked below
-        model = sweep.models[(name, "compare")]
-        rf = analytic_receptive_field(model, size)
-        unit = centre_unit(model, size)
-        erf = effective_receptive_field(model, image, N_CLASSES["compare"], unit).numpy()  # [H, W]
-        _show(ax, test.meta.images[index])
-        ax.imshow(erf / (erf.max() + 1e-12), cmap="magma", alpha=0.6, interpolation="nearest")
-        r0, c0, r1, c1 = rf.box(*unit, size)
-        _box(ax, c0, r0, c1, r1, "white", "--")
-        for slot, colour in ((TOP_RIGHT, "yellow"), (BOTTOM_LEFT, "cyan")):
-            _box(ax, *boxes[slot], colour)
-        both = _gradient_reaches(erf, boxes[TOP_RIGHT]) and _gradient_reaches(erf, boxes[BOTTOM_LEFT])
-        ax.set_title(f"{name}: RF {rf.size}px\ngradient reaches both birds: {'yes' if both else 'no'}", fontsize=8)
-    for ax in list(axes.flat)[len(names) :]:
-        ax.axis("off")
-    fig.suptitle("Central output unit: analytic receptive field (white dashed) and effective receptive field\n"
-                 "(|d score / d pixel|, heat); yellow / cyan: the two birds to compare", fontsize=9)
-    fig.tight_layout()
-    save_figure(fig, path, dpi=110)
-
-
-@dataclass
-class AttentionSummary:
-    """Where the analysed Transformer's tokens look, on the comparison test images (first seed).
-
-    corner: ``[layers, heads, 2]`` (top-right bird -> bottom-left bird mass, uniform mass);
-    own: ``[layers, heads, 3]`` (own-bird mass, own-bird mass without self, bird's token share);
-    maps: each layer's ``[3, heads, N, N]`` attention of the first three images;
-    counting: the same model's counting weights on the counting test images, ``[layers, heads, 2]``
-    (patch tokens -> all birds' tokens mass, the birds' token share); None without counting.
-    """
-
-    model: str
-    corner: np.ndarray
-    own: np.ndarray
-    maps: list
-    counting: np.ndarray | None = None
-
-
-def analysed_transformer(sweep: Sweep) -> str | None:
-    """The Transformer whose attention the report analyses: the one that compares best on the validation
-    images at any budget (the last evaluation of its first-seed run, or the best of a run to convergence,
-    whose model is the one analysed: a model
-    at chance shows no strategy, and the issue asks about the model that compares best), ties to the common
-    budget, the local tokenizer, then the deepest; None without one. Accuracies within two standard errors of
-    a guesser of chance (0.532 on 1,000 images) count as chance alike, so noise among models that learned
-    nothing does not pick one."""
-    names = [n for n in sweep.config.models if parse_spec(n).family in ("transformer", "transformer-local")]
-    above_chance = 0.5 + 2 * math.sqrt(0.25 / sweep.config.n_test)
-    kept = lambda r: (best_point(r.curve) if parse_spec(r.model).converges else r.curve[-1])[1]
-    validation = {r.model: kept(r) if kept(r) > above_chance else 0.0 for r in sweep.results
-                  if r.task == "compare" and r.seed == sweep.config.seeds[0] and r.curve}
-    rank = lambda n: (validation.get(n, 0.0), parse_spec(n).budget == 1, parse_spec(n).family == "transformer-local",
-                      parse_spec(n).depth)
-    return max(names, key=rank) if names else None
-
-
-def attention_summary(sweep: Sweep, n_images: int = 200) -> AttentionSummary | None:
-    """Attention statistics of :func:`analysed_transformer`, or None without a Transformer or comparison task."""
-    name = analysed_transformer(sweep)
-    if name is None or ("compare" not in sweep.test_sets):
-        return None
-    model: BirdTransformer = sweep.models[(name, "compare")]
-    test = sweep.test_sets["compare"]
-    indices = np.arange(min(n_images, len(test.labels)))
-    maps = attention_maps(model, test.images[indices].float() / 255)
-    patch = model.tokenizer.patch_size
-    counting = None
-    if (name, "count") in sweep.models and "count" in sweep.test_sets:
-        count_test = sweep.test_sets["count"]
-        counted = np.arange(min(n_images, len(count_test.labels)))
-        count_maps = attention_maps(sweep.models[(name, "count")], count_test.images[counted].float() / 255)
-        counting = bird_attention(count_maps, count_test.meta, counted, patch)
-    return AttentionSummary(name, corner_attention(maps, test.meta, indices, patch),
-                            own_bird_attention(maps, test.meta, indices, patch), [m[:3] for m in maps], counting)
-
-
-def plot_attention(path: Path, sweep: Sweep, summary: AttentionSummary) -> None:
-    """Where a top-right-bird token looks, per layer (head with the most top-right -> bottom-left
-    attention), and where the class token looks in the last layer, for three test images."""
-    name, stats, maps = summary.model, summary.corner, summary.maps
-    model: BirdTransformer = sweep.models[(name, "compare")]
-    test = sweep.test_sets["compare"]
-    patch, grid = model.tokenizer.patch_size, model.grid_size
-    n_layers = len(maps)
-    plt = _pyplot()
-    fig, axes = plt.subplots(3, n_layers + 2, figsize=(2.6 * (n_layers + 2), 8), squeeze=False)
-    up = lambda a: np.kron(a.reshape(grid), np.ones((patch, patch)))  # patch grid -> pixels
-    for row in range(3):
-        boxes = test.meta.bird_boxes(row)
-        x0, y0, x1, y1 = boxes[TOP_RIGHT]
-        query = 1 + int((y0 + y1) / 2 // patch) * grid[1] + int((x0 + x1) / 2 // patch)  # patch at the bird's centre
-        _show(axes[row, 0], test.meta.images[row], "same species" if test.labels[row] else "different species")
-        for slot, colour in ((TOP_RIGHT, "yellow"), (BOTTOM_LEFT, "cyan")):
-            _box(axes[row, 0], *boxes[slot], colour)
-        qr, qc = divmod(query - 1, grid[1])
-        for layer in range(n_layers):
-            head = int(stats[layer, :, 0].argmax())
-            att = maps[layer][row, head, query, 1:].numpy()  # attention over the patches
-            ax = axes[row, layer + 1]
-            _show(ax, test.meta.images[row], f"layer {layer + 1}, head {head + 1}:\nfrom the yellow patch")
-            ax.imshow(up(att / att.max()), cmap="magma", alpha=0.65)
-            _box(ax, qc * patch, qr * patch, (qc + 1) * patch - 1, (qr + 1) * patch - 1, "yellow")
-        cls = maps[-1][row, :, 0, 1:].mean(dim=0).numpy()  # class token, mean over heads
-        ax = axes[row, -1]
-        _show(ax, test.meta.images[row], "last layer: class token\n(mean over heads)")
-        ax.imshow(up(cls / cls.max()), cmap="magma", alpha=0.65)
-    fig.suptitle(f"{name} trained on the comparison task: attention from a top-right-bird patch", fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, path, dpi=110)
-
-
 # -- markdown -----------------------------------------------------------------------
+
+
+def _quarter_before_end(curve: Sequence[tuple[int, float]]) -> float:
+    """The accuracy of the last evaluation at or before three quarters of the run (the first one if none is):
+    the one before the last for a run evaluated at each quarter, and for a run to convergence, evaluated every
+    few hundred steps, the one a quarter of its steps back, so that "still learning" measures the same share of
+    every run, not the last few hundred steps of a long one."""
+    return next((acc for step, acc in reversed(curve[:-1]) if step <= 0.75 * curve[-1][0]), curve[0][1])
 
 
 def machine_note(results: list[RunResult]) -> str:
@@ -597,7 +239,7 @@ def results_table(rows: list[ModelRow], second_size: int) -> str:
 def findings(rows: list[ModelRow], attention: AttentionSummary | None) -> list[str]:
     """Plain statements computed from the numbers, whatever they are."""
     out = []
-    local = [r for r in rows if r.family in ("local", "pool") and r.budget == 1]
+    local = [r for r in _first_budget(rows) if r.family in ("local", "pool")]
     blind = [r for r in local if r.both_birds == 0]
     seeing = [r for r in local if r.both_birds > 0]
     if local:
@@ -625,9 +267,16 @@ def _span(values: Sequence[float]) -> str:
     return low if low == high else f"{low}–{high}"
 
 
+def _first_budget(rows: list[ModelRow]) -> list[ModelRow]:
+    """The rows at the sweep's common budget, the first its tables show: 1x where it ran, else the smallest
+    (every row of a sweep of runs to convergence alone)."""
+    first = min((parse_spec(r.model).budget_order for r in rows), default=None)
+    return [r for r in rows if parse_spec(r.model).budget_order == first]
+
+
 def _ranking(rows: list[ModelRow]) -> list[str]:
     """Where the best Transformer at the common budget stands against every CNN at that budget."""
-    same = [r for r in rows if r.budget == 1]
+    same = _first_budget(rows)
     vits = [r for r in same if r.family in ("transformer", "transformer-local")]
     cnns = [r for r in same if r.family in ("local", "pool", "global")]
     if not vits or not cnns:
@@ -721,9 +370,11 @@ def curve_section(sweep: Sweep, rows: list[ModelRow]) -> str:
                   "seed:", "",
                   budget_table(rows, sweep.config.steps, sweep.results), ""]
     if any(r.curve for r in sweep.results):
+        every = (f", a run to convergence every {sweep.config.steps:,} steps, and after it stopped at the accuracy "
+                 "of the model it kept" if any(parse_spec(r.model).converges for r in rows) else "")
         parts += ["Validation accuracy during training (the engine evaluates every run at each quarter of its "
-                  "steps on the validation images; mean over seeds). \"Still rising\": more than 0.01 gained over "
-                  "the last quarter, so the budget, not the architecture, may be what stops it:", "",
+                  f"steps on the validation images{every}; mean over seeds). \"Still rising\": more than 0.01 "
+                  "gained over the last quarter, so the budget, not the architecture, may be what stops it:", "",
                   curve_table(sweep), "", "![learning curves](learning_curves.png)"]
     return "\n".join(parts) if parts else "_One budget, and no validation curves, in this sweep._"
 
