@@ -183,6 +183,7 @@ def test_a_resumed_sweeps_report_counts_the_minutes_spent_before_it_and_a_redraw
     experiment.run_experiment(out, config=config, quiet=True)
     results = json.loads((out / "results.json").read_text())
     (out / "results.json").write_text(json.dumps(results | {"elapsed_seconds": 6000.0}))  # as if it took 100 minutes
+    (out / experiment.ELAPSED_FILE).unlink()  # a folder from before processes recorded their time: its report's
     extended = BirdsConfig(**{**config.__dict__, "models": ("mlp", "pool-d1")})  # pool-d1's runs are still to do
     report = experiment.run_experiment(out, config=extended, quiet=True)
     elapsed = json.loads((out / "results.json").read_text())["elapsed_seconds"]
@@ -190,3 +191,29 @@ def test_a_resumed_sweeps_report_counts_the_minutes_spent_before_it_and_a_redraw
     assert "(100." in report.read_text(), "the report says the minutes of every process that built it"
     experiment.run_experiment(out, config=extended, quiet=True)  # every run done: only the report is drawn again
     assert json.loads((out / "results.json").read_text())["elapsed_seconds"] == elapsed
+
+
+def test_a_sweep_stopped_before_its_first_report_keeps_its_minutes_for_the_resumed_one(
+        tmp_path: Path, monkeypatch) -> None:
+    """The first process trains mlp, then is stopped (Ctrl-C / SIGTERM) 1.5 s into pool-d1, before any report:
+    it records its seconds, and the resumed sweep's report counts them beside its own. Before, a sweep's time
+    was carried only by its last report, so they were lost."""
+    out = tmp_path / "sweep"
+    config = BirdsConfig(**{**SMALL.__dict__, "models": ("mlp", "pool-d1"), "seeds": (0,), "tasks": ("compare",)})
+    real_train = experiment.train_model
+
+    def stopped_in_pool(name, task, cfg, seed, **options):
+        if name == "pool-d1":
+            time.sleep(1.5)
+            raise SweepInterrupted("stopped", signal.SIGTERM)
+        return real_train(name, task, cfg, seed, **options)
+
+    monkeypatch.setattr(experiment, "train_model", stopped_in_pool)
+    with pytest.raises(SweepInterrupted):
+        experiment.run_experiment(out, config=config, quiet=True)
+    assert not (out / "results.json").exists(), "stopped before its first report"
+    first = json.loads((out / experiment.ELAPSED_FILE).read_text())
+    assert first >= 1.5, "the stopped process recorded its time"
+    monkeypatch.setattr(experiment, "train_model", real_train)
+    experiment.run_experiment(out, config=config, quiet=True)
+    assert json.loads((out / "results.json").read_text())["elapsed_seconds"] > first, "and the resumed one adds to it"

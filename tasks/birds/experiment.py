@@ -63,6 +63,7 @@ TRAINING_DIR = "training"  # the engine's folder of each run in progress (checkp
 SECONDS_FILE = "train_seconds.json"  # beside a run's checkpoints: the seconds of the processes that trained it
 EVALUATIONS = 4  # evaluations on the validation split per run (each saves a checkpoint), the last at its end
 SWEEP_FILE = "sweep.json"  # the config a report directory's runs belong to: what makes a resume safe
+ELAPSED_FILE = "elapsed.json"  # the wall-clock seconds every process so far spent on the sweep
 MODELS_DIR = "models"  # the first seed's trained models, so a resumed sweep can still draw its analysis figures
 
 # Full-resolution conv stacks (no pooling) dominate the cost: one 64x64 3x3 conv layer costs as
@@ -470,14 +471,20 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
 
 
 def _elapsed_before(out: Path) -> float:
-    """Seconds the processes before this one spent on the sweep in ``out``, as its last report says (0 for
-    a new sweep): a resumed sweep's report counts them too (the minutes after that report, if a crash
-    came later, are not known)."""
-    try:
-        elapsed = files.read_json(out / "results.json").get("elapsed_seconds", 0.0)  # never a pipe: it would block
-    except (DataError, AttributeError):
-        return 0.0
-    return float(elapsed) if isinstance(elapsed, (int, float)) and elapsed >= 0 else 0.0
+    """Seconds the processes before this one spent on the sweep in ``out`` (0 for a new sweep), so a resumed
+    sweep's report counts them too: each process records its time in ``elapsed.json`` when it ends, stopped
+    by a signal or an error included; a folder from before that record, or from a process killed outright,
+    has its last report's time (the minutes after that report are then not known). A damaged record (a pipe,
+    not JSON, not a number >= 0) counts no earlier time."""
+    for path, read in ((out / ELAPSED_FILE, lambda record: record),
+                       (out / "results.json", lambda record: record.get("elapsed_seconds", 0.0))):
+        if path.exists() or path.is_symlink():
+            try:
+                elapsed = read(files.read_json(path))  # never a pipe: it would block
+            except (DataError, AttributeError):
+                return 0.0
+            return float(elapsed) if _is_number(elapsed) and elapsed >= 0 else 0.0
+    return 0.0
 
 
 def _seeds_done(sweep: Sweep) -> int:
@@ -559,4 +566,7 @@ def run_experiment(
         finally:  # the streams' image caches (193 MB a task on disk) go with the sweep, not at the process's exit
             shared_stream.cache_clear()
             shared_split.cache_clear()
-        return report(sweep)
+            spent = elapsed()  # stopped or not: the next process adds to it
+            if not rendering_only and (out / SWEEP_FILE).is_file():  # a sweep refused before it began spent none
+                write_json_atomic(out / ELAPSED_FILE, spent)
+        return write_report(sweep, out, elapsed=spent, command=command)
