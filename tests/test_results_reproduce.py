@@ -287,21 +287,36 @@ def _seeds_cell(values: list[float]) -> str:
     return f"{mean:.3f} ± {std:.3f} ({' / '.join(f'{v:.3f}' for v in values)})"
 
 
-@pytest.mark.parametrize("folder", ["docs/birds", "docs/birds/quick", "docs/birds/positions", "docs/birds/budgets"])
+SWEEP_FOLDERS = sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / "docs/birds").glob("**/sweep.json"))
+
+
+def test_every_committed_birds_sweep_is_checked() -> None:
+    """The folders below are found, not listed: a new sweep folder is checked the day it is committed."""
+    assert {"docs/birds", "docs/birds/quick", "docs/birds/budgets"} <= set(SWEEP_FOLDERS)
+
+
+@pytest.mark.parametrize("folder", SWEEP_FOLDERS)
 def test_the_committed_birds_report_is_the_mean_of_its_runs(folder: str) -> None:
     """Every accuracy cell of a committed birds report (results table and results.json) is the mean,
-    sample std and per-seed values of that model's runs in its runs.jsonl, every seed the sweep names."""
+    sample std and per-seed values of that model's runs in its runs.jsonl, every seed the sweep names; a sweep
+    still under way (resumed session by session) has a report of the seeds it finished that says it is partial."""
     root = ROOT / folder
     sweep = json.loads((root / "sweep.json").read_text(encoding="utf-8"))
     runs = read_jsonl(root / "runs.jsonl")
-    table = (root / "report.md").read_text(encoding="utf-8").split("## Results")[1].split("\n\n")[1]
-    summary = {row["model"]: row for row in json.loads((root / "results.json").read_text(encoding="utf-8"))["table"]}
+    report = (root / "report.md").read_text(encoding="utf-8")
+    table = report.split("## Results")[1].split("\n\n")[1]
+    results = json.loads((root / "results.json").read_text(encoding="utf-8"))
+    summary = {row["model"]: row for row in results["table"]}
+    seeds = sorted({run["seed"] for run in results["runs"]})
+    if seeds != sorted(sweep["seeds"]):
+        assert f"partial report: {len(seeds)} of {len(sweep['seeds'])} seeds" in report, f"{folder}: seeds {seeds}"
     for name in sweep["models"]:
         row = next(line for line in table.splitlines() if line.startswith(f"| {parse_spec(name).label} |"))
         cells = [cell.strip() for cell in row.split("|")]
         for task in sweep["tasks"]:
-            by_seed = {r["seed"]: r["accuracy"] for r in runs if r["model"] == name and r["task"] == task}
-            assert sorted(by_seed) == sorted(sweep["seeds"]), f"{folder}: {name} {task} lacks a seed's run"
+            by_seed = {r["seed"]: r["accuracy"] for r in runs
+                       if r["model"] == name and r["task"] == task and r["seed"] in seeds}
+            assert sorted(by_seed) == seeds, f"{folder}: {name} {task} lacks a seed's run"
             values = [by_seed[seed] for seed in sorted(by_seed)]
             assert _seeds_cell(values) in cells, f"{folder}: {name} {task}: {row}"
             assert summary[name][f"{task}_mean"] == pytest.approx(sum(values) / len(values), abs=1e-12)
@@ -309,8 +324,7 @@ def test_the_committed_birds_report_is_the_mean_of_its_runs(folder: str) -> None
 
 def test_every_mean_and_std_docs_birds_quotes_is_in_a_results_file_it_links() -> None:
     """docs/birds.md quotes its cells by hand from the reports; each "mean ± std" must be one of theirs."""
-    sources = ["docs/birds/report.md", "docs/birds/quick/report.md", "docs/birds/positions/report.md",
-               "docs/birds/budgets/report.md",
+    sources = [f"{folder}/report.md" for folder in SWEEP_FOLDERS] + [
                "docs/birds/calibration.md", "benchmarks/results/birds_calibration.md",
                "benchmarks/results/birds_mixing.md", "benchmarks/results/birds_probe.md",
                "benchmarks/results/birds_quadrant_tokens.md", "benchmarks/results/birds_positions.md"]

@@ -77,7 +77,7 @@ def budget_table(rows: list[ModelRow], steps: int, results: Sequence[RunResult] 
 
 def curve_table(sweep: Sweep) -> str:
     """Validation accuracy at each quarter of every run, mean over seeds: whether a model was still learning."""
-    lines = ["| model | task | validation accuracy at each quarter of the run (step: accuracy) | still rising? |",
+    lines = ["| model | task | validation accuracy at each evaluation of the run (step: accuracy) | still rising? |",
              "|---|---|---|:---:|"]
     for name in sweep.config.models:
         for task in sweep.config.tasks:
