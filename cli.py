@@ -608,13 +608,8 @@ def translate_command(run_dir: str, sentence: str | None, in_file: str | None, o
 def export(run_dir: str, out: str, checkpoint: str, fmt: typing.Literal["folder", "onnx"], quiet: bool) -> None:
     """Write a checkpoint of RUN_DIR as a model folder: what generate, translate, predict, evaluate
     and tokformer.from_pretrained load, and what init_from fine-tunes."""
-    import signal
-    import sys
-
     from tokformer.interop.export import export_run
 
-    # SIGTERM ends the export like Ctrl-C: the half-built folder is removed on the way out (exit 143)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     folder = export_run(run_dir, out, checkpoint=checkpoint, format=fmt, show_progress=not quiet)
     which = f"the checkpoint of step {checkpoint}" if checkpoint.isdigit() else f"its {checkpoint} checkpoint"
     click.echo(f"exported {run_dir} ({which}) to {folder}")

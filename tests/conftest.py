@@ -1,11 +1,13 @@
-"""Shared fixtures: a device parameter that covers CUDA when one is present, one thread, seeding, a
-tiny sort model folder, a disk that fills up, and named pipes that cannot hang a test."""
+"""Shared fixtures: a device parameter that covers CUDA when one is present, one thread, seeding, signal
+handlers every test gives back, a tiny sort model folder, a disk that fills up, and named pipes that cannot
+hang a test."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import signal
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -52,6 +54,16 @@ def _scratch_for_subprocesses(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_given_back() -> Iterator[None]:
+    """Every test leaves the handlers of Ctrl-C and SIGTERM as it found them: one left behind decides what
+    those signals do in every later test of its process (CI once saw a test's own Ctrl-C swallowed)."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    after = {s: signal.getsignal(s) for s in before}
+    assert after == before, f"the test left signal handlers changed: {before} -> {after}"
 
 
 @pytest.fixture(scope="module")

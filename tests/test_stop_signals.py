@@ -23,6 +23,7 @@ from test_engine_resume import ENV, cli_args, wait_until_step
 from tiny import TINY, TRAIN
 
 import tokformer
+from tokformer import atomic
 from tokformer.cli import main
 from tokformer.store.steps import list_checkpoints
 
@@ -61,6 +62,21 @@ def terminate_at(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> N
     monkeypatch.setattr(owner, name, stopped_here)
 
 
+def terminate_after(monkeypatch: pytest.MonkeyPatch, owner: object, name: str, call: int = 1) -> None:
+    """The ``call``-th call of ``owner.name`` does its work, then sends this process SIGTERM: a stop landing
+    just after it, before its caller has kept what it returned."""
+    real, calls = getattr(owner, name), []
+
+    def stopped_after(*args: object, **kwargs: object) -> object:
+        made = real(*args, **kwargs)
+        calls.append(made)
+        if len(calls) == call:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return made
+
+    monkeypatch.setattr(owner, name, stopped_after)
+
+
 def assert_stopped(result, line: str = "stopped by SIGTERM") -> None:
     assert result.exit_code == 143, result.output
     assert result.output.strip().splitlines()[-1].startswith(line)
@@ -92,6 +108,21 @@ def test_sigterm_stops_tokenizer_training_and_removes_its_staging_folder_and_loc
     assert_stopped(CliRunner().invoke(main, ["tokenizer", "train", "--data", str(tmp_path / "a.txt"),
                                              "--vocab-size", "300", "-o", str(out), "-q"]))
     assert list(out.parent.iterdir()) == []  # .tok.tmp-*/ and .tok.lock were left behind
+
+
+def test_sigterm_stops_an_export_removes_its_staging_folder_and_gives_the_handler_back(tmp_path, scratch,
+                                                                                     monkeypatch) -> None:
+    """``export`` set a SIGTERM handler of its own that it never put back: called in-process (the library's
+    CLI runner, a notebook), every later SIGTERM in that process exited it."""
+    from tokformer.interop import export
+
+    run = tokformer.train("sort", run_dir=str(tmp_path / "run"), **TINY["sort"], **TRAIN).run_dir
+    handler = signal.getsignal(signal.SIGTERM)
+    terminate_at(monkeypatch, export, "write_model_folder")
+    out = tmp_path / "out" / "model"
+    assert_stopped(CliRunner().invoke(main, ["export", str(run), "-o", str(out), "-q"]))
+    assert list(out.parent.iterdir()) == []  # .model.tmp-*/ and .model.lock
+    assert signal.getsignal(signal.SIGTERM) is handler
 
 
 def test_sigterm_stops_the_birds_sweep_between_runs_and_removes_its_image_caches(tmp_path, scratch,
@@ -144,3 +175,32 @@ def test_sigterm_to_the_process_group_of_a_run_with_data_workers_saves_and_exits
     assert "internal error" not in output and "Traceback" not in output
     stopped = int(output.split("interrupted at step ")[1].split(";")[0])
     assert stopped in list_checkpoints(run) and stopped > 10  # past the periodic checkpoint of step 10
+
+
+@pytest.mark.parametrize(("call", "after"), [(1, None), (2, "old"), (3, "new")],
+                         ids=["the staging folder", "the older's new name", "the folder the older is deleted from"])
+def test_a_stop_the_moment_a_staged_folder_makes_a_folder_leaves_only_the_old_or_the_new_one(
+        tmp_path, scratch, monkeypatch, call: int, after: str | None) -> None:
+    """A handler runs between any two bytecodes: one landing between ``mkdtemp``'s ``mkdir`` and the
+    assignment of its name left that folder behind (CI once found ``.shards.tmp-*`` after stopping
+    ``data prepare lm``). ``after``: the folder ``out`` is left as (None: no folder), its siblings gone."""
+    place = tmp_path / "place"
+    out = place / "out"
+    if call > 1:  # a replacement: mkdtemp makes the staging folder, the older's new name, the trash
+        out.mkdir(parents=True)
+        (out / "v").write_text("old")
+    terminate_after(monkeypatch, atomic.tempfile, "mkdtemp", call)
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Unhandled), atomic.staged_folder(out, replace=True) as folder:
+        (folder / "v").write_text("new")
+    assert [p.name for p in place.iterdir()] == ([] if after is None else ["out"])
+    assert after is None or (out / "v").read_text() == after
+    assert signal.getsignal(signal.SIGTERM) is handler
+
+
+def test_a_stop_the_moment_an_atomic_write_makes_its_temporary_leaves_no_file(tmp_path, scratch,
+                                                                            monkeypatch) -> None:
+    terminate_after(monkeypatch, atomic.tempfile, "mkstemp")
+    with pytest.raises(Unhandled):
+        atomic.write_text_atomic(tmp_path / "out.txt", "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]  # .out.txt.*.txt was left behind

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tokformer.signals import held_back
+
 
 def fsync_dir(path: Path) -> None:
     """Make a rename or a new entry in directory ``path`` durable."""
@@ -47,19 +49,22 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     fsync it and rename it over ``path``: a crash leaves the old file or the new one, never half of
     one, and no file of the user's is taken for the temporary one. The file gets the permissions a
     plain write would give it (``mkstemp`` and safetensors make owner-only ones)."""
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = None
     try:
+        with held_back():  # a stop between making the temporary and keeping its name would leave it behind
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+            tmp = Path(name)
+            os.close(fd)
         write(tmp)
         usual_permissions(tmp)
         fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.filename is not None and os.fspath(e.filename) == name:
-            # a full disk, a folder at ``path``: name the user's file, not the temporary one just deleted
-            raise type(e)(e.errno, e.strerror, str(path)) from e
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+            if isinstance(e, OSError) and e.filename is not None and os.fspath(e.filename) == name:
+                # a full disk, a folder at ``path``: name the user's file, not the temporary one just deleted
+                raise type(e)(e.errno, e.strerror, str(path)) from e
         raise
     fsync_dir(path.parent)
 
@@ -132,14 +137,20 @@ def _discard(older: Path, out: Path) -> None:
     """Delete the folder ``out`` replaced. It is renamed to a staging name first, so a kill while it is being
     deleted leaves half of it only under a name the next holder of the lock clears, never as ``.old-``
     (which :func:`recover_replaced` would bring back)."""
-    trash = _new_sibling(out, STAGING)
-    os.replace(older, trash)  # onto the empty folder mkdtemp made
-    shutil.rmtree(trash)
+    trash = None
+    try:
+        with held_back():
+            trash = _new_sibling(out, STAGING)
+            os.replace(older, trash)  # onto the empty folder mkdtemp made
+    finally:
+        if trash is not None:
+            shutil.rmtree(trash)
 
 
 def _new_sibling(out: Path, marker: str) -> Path:
     """A new, empty, owner-only folder ``PARENT/.NAME{marker}XXXXXXXX``: a name no other folder holds, so
-    nothing of the user's is ever taken for it."""
+    nothing of the user's is ever taken for it. Call it :func:`~tokformer.signals.held_back`, so that a stop
+    cannot come between making the folder and keeping its name."""
     out.parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}{marker}"))
 
@@ -159,20 +170,24 @@ def staged_folder(out: Path, replace: bool = False) -> Iterator[Path]:
     """
     if out.is_symlink():  # the folder a link names is the one to build or replace; the link stays, leading to it
         out = Path(os.path.realpath(out))
-    tmp, older = _new_sibling(out, STAGING), None
+    tmp = older = None
     try:
+        with held_back():
+            tmp = _new_sibling(out, STAGING)
         yield tmp
         shareable(tmp)
         fsync_tree(tmp)
         if out.is_dir() and not any(out.iterdir()):
             out.rmdir()
         if replace and out.is_dir():
-            older = _new_sibling(out, OLD)
+            with held_back():
+                older = _new_sibling(out, OLD)
             os.replace(out, older)  # onto the empty folder mkdtemp made
         os.replace(tmp, out)
         fsync_dir(out.parent)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         if older is not None:
             recover_replaced(out)  # the older folder back in place, or gone if the new one stands
         raise

@@ -1,5 +1,5 @@
-"""Turn Ctrl-C (SIGINT) and SIGTERM (schedulers' preemption) into "save and stop", and leave stopping
-to the parent in worker processes.
+"""Turn Ctrl-C (SIGINT) and SIGTERM (schedulers' preemption) into "save and stop", hold them back
+across a step that must not be cut in two, and leave stopping to the parent in worker processes.
 
 The signal handler only sets a flag; the training loop checks it between optimizer
 steps, so the checkpoint it then writes is of a consistent state. A second Ctrl-C
@@ -73,6 +73,34 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def held_back() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back while the block runs; one that came meanwhile acts as the block ends.
+
+    Python runs a signal's handler between any two bytecodes, so an exception it raises
+    (KeyboardInterrupt, :class:`~tokformer.errors.Interrupted`) can land between making a thing and
+    recording its name: ``tmp = tempfile.mkdtemp(...)`` interrupted after the ``mkdir`` leaves a
+    folder no clean-up knows of. Here the handlers only note the signal, and it is raised again, to the
+    handlers that were in place, once the name is kept. (Not the process's signal mask: that holds a
+    signal back from one thread only, and the kernel hands it to any other, an OpenMP or a pool thread,
+    whose C handler still has the main thread run the Python one at once.)"""
+    if threading.current_thread() is not threading.main_thread():  # handlers run on the main thread only
+        yield
+        return
+    came: list[int] = []
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: h for s, h in previous.items() if h is not None}  # None: set from C, cannot be put back
+    for s in previous:
+        signal.signal(s, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for signum in came:
+            signal.raise_signal(signum)
 
 
 def leave_stopping_to_the_parent() -> None:

@@ -76,7 +76,7 @@ def budget_table(rows: list[ModelRow], steps: int, results: Sequence[RunResult] 
 
 
 def curve_table(sweep: Sweep) -> str:
-    """Validation accuracy at each quarter of every run, mean over seeds: whether a model was still learning."""
+    """Validation accuracy at each evaluation of every run, mean over seeds: whether a model was still learning."""
     lines = ["| model | task | validation accuracy at each evaluation of the run (step: accuracy) | still rising? |",
              "|---|---|---|:---:|"]
     for name in sweep.config.models:
@@ -90,15 +90,15 @@ def curve_table(sweep: Sweep) -> str:
     return "\n".join(lines)
 
 
-# -- markdown -----------------------------------------------------------------------
-
-
 def _quarter_before_end(curve: Sequence[tuple[int, float]]) -> float:
     """The accuracy of the last evaluation at or before three quarters of the run (the first one if none is):
     the one before the last for a run evaluated at each quarter, and for a run to convergence, evaluated every
     few hundred steps, the one a quarter of its steps back, so that "still learning" measures the same share of
     every run, not the last few hundred steps of a long one."""
     return next((acc for step, acc in reversed(curve[:-1]) if step <= 0.75 * curve[-1][0]), curve[0][1])
+
+
+# -- markdown -----------------------------------------------------------------------
 
 
 def machine_note(results: list[RunResult]) -> str:
@@ -359,19 +359,18 @@ def write_report(sweep: Sweep, out_dir: str | Path, *, elapsed: float, command: 
 
 def curve_section(sweep: Sweep, rows: list[ModelRow]) -> str:
     """The learning curves: accuracy at each step budget run, and validation accuracy during every run."""
-    parts = []
+    parts, converges = [], any(parse_spec(r.model).converges for r in rows)
     if budget_groups(rows):
         stopping = ("; a run to convergence is evaluated after every "
                     f"{sweep.config.steps:,} steps and stops after {PATIENCE} evaluations without a better "
-                    "validation accuracy, keeping its best model" if any(parse_spec(r.model).converges for r in rows)
-                    else "")
+                    "validation accuracy, keeping its best model" if converges else "")
         parts += ["Held-out test accuracy at each step budget run (the schedule stretched to fit: a *N*x run is a "
                   f"run of its own, not the 1x run continued{stopping}), mean ± sample std over seeds, then each "
                   "seed:", "",
                   budget_table(rows, sweep.config.steps, sweep.results), ""]
     if any(r.curve for r in sweep.results):
         every = (f", a run to convergence every {sweep.config.steps:,} steps, and after it stopped at the accuracy "
-                 "of the model it kept" if any(parse_spec(r.model).converges for r in rows) else "")
+                 "of the model it kept" if converges else "")
         parts += ["Validation accuracy during training (the engine evaluates every run at each quarter of its "
                   f"steps on the validation images{every}; mean over seeds). \"Still rising\": more than 0.01 "
                   "gained over the last quarter, so the budget, not the architecture, may be what stops it:", "",
