@@ -324,6 +324,19 @@ def test_a_full_disk_while_the_report_is_rewritten_keeps_the_previous_one(tmp_pa
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "every file as it was, and no other"
 
 
+def test_a_partial_reports_minutes_say_they_include_the_seeds_still_under_way(tmp_path: Path) -> None:
+    """A resumed sweep rewrites the report of the seeds it finished with the minutes of every process so far,
+    the runs of the next seeds among them: they are not what those seeds took."""
+    runs = [_run("mlp", task, seed, 0.5) for task in ("count", "compare") for seed in (0, 1)]
+    for seeds, said in [((0,), True), ((0, 1), False)]:
+        sweep = _sweep([r for r in runs if r.seed in seeds], ("mlp",))
+        sweep.test_sets.update({task: make_split(sweep.config, task, 0, "test", 8) for task in sweep.config.tasks})
+        text = write_report(sweep, tmp_path / str(len(seeds)), elapsed=600.0, command="tokformer birds").read_text()
+        line = next(x for x in text.splitlines() if x.startswith("Reproduce:"))
+        assert ("(10.0 minutes on this machine so far, the runs of the seeds still under way included;" in line) == said
+        assert "(10.0 minutes on this machine" in line, line
+
+
 def test_a_sweep_refuses_a_report_folder_another_sweep_is_writing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with hold_lock(out, "tokformer birds --quick"), pytest.raises(ConfigError, match=r"in use by tokformer birds"):

@@ -344,3 +344,31 @@ def test_a_staged_folder_through_a_link_builds_the_folder_it_leads_to_and_keeps_
     assert (tmp_path / "link").is_symlink() and os.readlink(tmp_path / "link") == str(tmp_path / "real")
     assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
+def test_an_atomic_write_into_a_missing_folder_raises_its_own_error(tmp_path) -> None:
+    """The temporary cannot be made: the error is the OS's, not one of the clean-up's."""
+    with pytest.raises(FileNotFoundError):
+        atomic.write_text_atomic(tmp_path / "missing" / "out.txt", "new")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_replacement_whose_trash_folder_cannot_be_made_raises_that_error_and_keeps_the_new_folder(
+        tmp_path, monkeypatch) -> None:
+    """The older folder is deleted from a fresh staging folder (the third mkdtemp of a replacement); one that
+    cannot be made ends in the OS's error, not one of the clean-up's, with the new folder in place."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "v").write_text("old")
+    real, calls = atomic.tempfile.mkdtemp, []
+
+    def full_at_the_third(*args, **kwargs):
+        calls.append(kwargs.get("prefix"))
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(atomic.tempfile, "mkdtemp", full_at_the_third)
+    with pytest.raises(OSError, match="No space left on device"), atomic.staged_folder(out, replace=True) as folder:
+        (folder / "v").write_text("new")
+    assert (out / "v").read_text() == "new" and calls[2] == ".out.tmp-"

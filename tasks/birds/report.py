@@ -380,9 +380,10 @@ def curve_section(sweep: Sweep, rows: list[ModelRow]) -> str:
 
 def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str, seeds_done: list[int],
               curves: str, where: str) -> str:
-    seeds = ", ".join(str(s) for s in seeds_done)
+    seeds, so_far = ", ".join(str(s) for s in seeds_done), ""
     if len(seeds_done) < len(cfg.seeds):
         seeds += f" (**partial report: {len(seeds_done)} of {len(cfg.seeds)} seeds done so far**)"
+        so_far = " so far, the runs of the seeds still under way included"  # the sweep's time, not these seeds'
     bullets = "\n".join(f"- {line}" for line in findings(rows, attention))
     vit = BirdTransformer.__init__.__kwdefaults__  # the Transformer's shape, as the sweep builds it
     patch, d_model, heads = vit["patch"], vit["d_model"], vit["n_heads"]
@@ -398,7 +399,7 @@ def _markdown(cfg, rows: list[ModelRow], attention, elapsed: float, command: str
     )
     return f"""# Birds: counting vs comparing far-apart birds — CNNs vs a Transformer
 
-Reproduce: `{command}` ({elapsed / 60:.1f} minutes on this machine; torch threads: {torch.get_num_threads()}).
+Reproduce: `{command}` ({elapsed / 60:.1f} minutes on this machine{so_far}; torch threads: {torch.get_num_threads()}).
 {where}{_preset_note(command, cfg.n_test)}
 ## The question
 
