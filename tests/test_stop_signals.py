@@ -25,6 +25,7 @@ from tiny import TINY, TRAIN
 import tokformer
 from tokformer import atomic
 from tokformer.cli import main
+from tokformer.signals import held_back
 from tokformer.store.steps import list_checkpoints
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -204,3 +205,13 @@ def test_a_stop_the_moment_an_atomic_write_makes_its_temporary_leaves_no_file(tm
     with pytest.raises(Unhandled):
         atomic.write_text_atomic(tmp_path / "out.txt", "new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]  # .out.txt.*.txt was left behind
+
+
+def test_a_stop_while_holding_back_installs_its_recorders_gives_every_handler_back(scratch, monkeypatch) -> None:
+    """SIGTERM landing after SIGINT's recorder is installed and before SIGTERM's: the SIGTERM handler in
+    place acts, and SIGINT's recorder must not outlive the block (it would swallow every later Ctrl-C)."""
+    interrupt = signal.getsignal(signal.SIGINT)
+    terminate_after(monkeypatch, signal, "signal")  # the first install: SIGINT's recorder
+    with pytest.raises(Unhandled), held_back():
+        pass
+    assert signal.getsignal(signal.SIGINT) is interrupt

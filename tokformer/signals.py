@@ -92,9 +92,9 @@ def held_back() -> Iterator[None]:
     came: list[int] = []
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     previous = {s: h for s, h in previous.items() if h is not None}  # None: set from C, cannot be put back
-    for s in previous:
-        signal.signal(s, lambda signum, frame: came.append(signum))
-    try:
+    try:  # the recorders too: a signal landing between installing SIGINT's and SIGTERM's gives both back
+        for s in previous:
+            signal.signal(s, lambda signum, frame: came.append(signum))
         yield
     finally:
         for s, handler in previous.items():
