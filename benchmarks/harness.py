@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokformer.engine import over_seeds  # noqa: F401  (the scripts' table cell, re-exported)
-from tokformer.machine import cores, cpu_model, cpuinfo_lines, load_average, versions  # noqa: F401  (re-exported)
+from tokformer.machine import (  # noqa: F401  (re-exported)
+    cores,
+    cpu_model,
+    cpu_ticks,
+    cpuinfo_lines,
+    load_average,
+    stolen_share,
+    versions,
+)
 
 MIN_REPEATS = 5
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -121,13 +129,15 @@ class Machine:
 
     def __init__(self, packages: Sequence[str] = ("torch",)) -> None:
         self.packages = tuple(packages)
-        self.load_before = load_average()
+        self.load_before, self.ticks_before = load_average(), cpu_ticks()
         self.started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
     def line(self, threads: str) -> str:
+        stolen = stolen_share(self.ticks_before, cpu_ticks())
+        steal = "" if stolen is None else f"; {100 * stolen:.0f}% of the CPU time stolen by the host meanwhile"
         return (
             f"Machine: {cpu_model()}, {cores()} cores, {threads}; load average {self.load_before} before and "
-            f"{load_average()} after (1, 5, 15 min); {versions(self.packages)}; run {self.started}."
+            f"{load_average()} after (1, 5, 15 min){steal}; {versions(self.packages)}; run {self.started}."
         )
 
 

@@ -72,6 +72,32 @@ def test_machine_line_names_cpu_threads_load_and_versions() -> None:
     assert "torch " in line and "python " in line
 
 
+def test_stolen_share_is_the_hosts_share_of_the_machines_cpu_time_between_two_readings(tmp_path, monkeypatch) -> None:
+    stat = tmp_path / "stat"
+    monkeypatch.setattr(machine, "Path", lambda p, *rest: stat if str(p) == "/proc/stat" else Path(p, *rest))
+    assert machine.cpu_ticks() is None, "no /proc/stat (not Linux): nothing measured"
+    #                 user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 10 50 800 20 5 5 10 40 0\ncpu0 50 5 25 400 10 2 3 5 20 0\nintr 1 2\n")
+    before = machine.cpu_ticks()
+    assert before == (10, 1000), "steal is the 8th column; guests are already counted in user and nice"
+    stat.write_text("cpu  160 10 70 900 20 5 5 130 90 0\n")
+    after = machine.cpu_ticks()
+    assert machine.stolen_share(before, after) == pytest.approx(120 / 300)
+    assert machine.stolen_share(after, after) is None, "no time passed: no share"
+    assert machine.stolen_share(None, after) is None and machine.stolen_share(before, None) is None
+    stat.write_text("intr 1 2\n")
+    assert machine.cpu_ticks() is None, "a first line that is not the machine's total"
+
+
+def test_machine_line_says_how_much_cpu_time_the_host_stole_while_the_runs_ran(monkeypatch) -> None:
+    readings = iter([(10, 1000), (130, 1300)])
+    monkeypatch.setattr(harness, "cpu_ticks", lambda: next(readings))
+    line = harness.Machine(("torch",)).line("1 thread")
+    assert "load average" in line and "; 40% of the CPU time stolen by the host meanwhile;" in line
+    monkeypatch.setattr(harness, "cpu_ticks", lambda: None)
+    assert "stolen" not in harness.Machine(("torch",)).line("1 thread"), "not measured: not claimed"
+
+
 SPEED_SCRIPTS = sorted(BENCHMARKS.glob("bench_*.py"))
 
 

@@ -49,6 +49,8 @@ def test_report_has_table_and_all_figures(tmp_path: Path) -> None:
     assert all(m["cpu"] == cpu_model() and m["threads"] == torch.get_num_threads() and "torch " in m["versions"]
                for m in machines), machines[0]
     assert f"Where it trained: {len(machines)} runs on {cpu_model()}, " in text
+    assert all(0 <= m["stolen"] <= 1 for m in machines), "each run keeps the host's steal while it trained (Linux)"
+    assert f"CPU time stolen by the host during training ({len(machines)} runs measured): median " in text
 
 
 def test_a_sweep_of_the_first_versions_tokens_trains_them_and_its_report_says_so(tmp_path: Path) -> None:
@@ -291,17 +293,19 @@ def test_a_models_time_is_the_median_of_its_runs_so_one_slowed_run_does_not_move
     assert row.seconds == pytest.approx(13.5)
 
 
-def test_the_report_says_where_each_group_of_runs_trained_and_how_loaded_the_machine_was() -> None:
+def test_the_report_says_where_each_group_of_runs_trained_how_loaded_the_machine_was_and_what_the_host_stole() -> None:
     def run(seed: int, machine: object) -> RunResult:
         return RunResult("mlp", "count", seed, 0.5, 10.0, 123, None, [], machine)
 
     here = {"cpu": "AMD EPYC", "cores": 2, "threads": 2, "versions": "python 3.12.3, torch 2.14.0"}
     there = {**here, "cpu": "Intel Xeon", "threads": 1}
-    results = [run(0, {**here, "load": 2.0}), run(1, {**here, "load": 4.5}), run(2, {**here, "load": 2.5}),
-               run(3, {**there, "load": 0.5}), run(4, None), run(5, "garbled"), run(6, {**here, "load": "high"})]
+    results = [run(0, {**here, "load": 2.0, "stolen": 0.1}), run(1, {**here, "load": 4.5, "stolen": 0.77}),
+               run(2, {**here, "load": 2.5, "stolen": 0.05}), run(3, {**there, "load": 0.5}), run(4, None),
+               run(5, "garbled"), run(6, {**here, "load": "high"}), run(7, {**here, "load": 1.0, "stolen": "?"})]
     assert machine_note(results) == (
-        "\nWhere it trained: 3 runs on AMD EPYC, 2 cores, 2 torch threads (python 3.12.3, torch 2.14.0); 1-minute "
-        "load average as a run started: median 2.50, 2.00-4.50; 1 run on Intel Xeon, 2 cores, 1 torch threads "
+        "\nWhere it trained: 4 runs on AMD EPYC, 2 cores, 2 torch threads (python 3.12.3, torch 2.14.0); 1-minute "
+        "load average as a run started: median 2.25, 1.00-4.50; CPU time stolen by the host during training "
+        "(3 runs measured): median 10%, 5-77%; 1 run on Intel Xeon, 2 cores, 1 torch threads "
         "(python 3.12.3, torch 2.14.0); 1-minute load average as a run started: median 0.50, 0.50-0.50; 3 runs "
         "kept no record of their machine (trained before runs did).\n")
     assert machine_note([run(0, None)]) == "", "runs recorded before machines were: the report is drawn as it was"

@@ -43,7 +43,7 @@ from tokformer.engine import (
     write_text_atomic,
 )
 from tokformer.errors import DataError, UsageError
-from tokformer.machine import snapshot
+from tokformer.machine import cpu_ticks, snapshot, stolen_share
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
 from tokformer.tasks.birds.models import PATIENCE, build_model, parse_spec
 from tokformer.tasks.birds.report import write_report
@@ -245,7 +245,8 @@ class TrainedRun:
     """A run the engine finished: the model as trained (last step), its training seconds in the
     processes that trained it (:func:`_seconds_before`; image drawing excluded), its validation
     accuracy at each evaluation ``[(step, acc)]`` and the machine its last process ran on
-    (:func:`tokformer.machine.snapshot`: a time means little without it)."""
+    (:func:`tokformer.machine.snapshot`, and ``stolen``: the share of the CPU time the host gave other
+    virtual machines while that process trained, where Linux says; a time means little without them)."""
 
     model: nn.Module
     seconds: float
@@ -264,7 +265,7 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
         with tempfile.TemporaryDirectory(prefix="tokformer-birds-") as scratch:
             return train_model(name, task, cfg, seed, run_dir=Path(scratch) / "run")
     stream = shared_stream(Drawing.of(cfg), task, seed)  # the task's own: timing can leave its drawing out
-    machine, drawn, start = snapshot(), stream.drawing_seconds, time.perf_counter()
+    machine, ticks, drawn, start = snapshot(), cpu_ticks(), stream.drawing_seconds, time.perf_counter()
     try:
         earlier = _seconds_before(run_dir)
     except DataError as error:  # a pipe, not JSON, not a number: how long the run took so far is unknown
@@ -284,6 +285,8 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
     if result.interrupted:
         raise SweepInterrupted(f"stopped at step {result.step} of {name} on {task}, seed {seed}; its checkpoint "
                                "is saved and the same command resumes there", result.signal)
+    if (stolen := stolen_share(ticks, cpu_ticks())) is not None:  # while this process trained
+        machine["stolen"] = round(stolen, 3)
     _, model = load_run(run_dir, "best" if parse_spec(name).converges else "latest", cfg.device)
     curve = [(r["step"], float(r["accuracy"])) for r in read_metrics(run_dir) if r.get("split") == "eval"]
     return TrainedRun(model, seconds, curve, machine)

@@ -103,21 +103,30 @@ def _quarter_before_end(curve: Sequence[tuple[int, float]]) -> float:
 
 def machine_note(results: list[RunResult]) -> str:
     """Where the runs trained, from each run's machine record: the CPU, cores, torch threads and versions of
-    each group of runs, and the 1-minute load average as they started (a load well above the cores means
-    another job shared the machine, and those runs' times are slow). Empty when no run kept a record."""
-    groups: dict[tuple[str, ...], list[float]] = {}
+    each group of runs, the 1-minute load average as they started (a load well above the cores means
+    another job shared the machine, and those runs' times are slow) and the share of the CPU time the host
+    gave other virtual machines while they trained (steal: as slowing, and unseen by the load average).
+    Empty when no run kept a record."""
+    groups: dict[tuple[str, ...], list[dict]] = {}
     for run in results:
         m = run.machine if isinstance(run.machine, dict) else {}
         if isinstance(m.get("load"), (int, float)):
             key = tuple(str(m.get(k)) for k in ("cpu", "cores", "threads", "versions"))
-            groups.setdefault(key, []).append(float(m["load"]))
+            groups.setdefault(key, []).append(m)
     if not groups:
         return ""
     runs = lambda n: f"{n} run" + ("s" if n != 1 else "")
-    lines = [f"{runs(len(loads))} on {cpu}, {n_cores} cores, {threads} torch threads ({libraries}); 1-minute load "
-             f"average as a run started: median {float(np.median(loads)):.2f}, {min(loads):.2f}-{max(loads):.2f}"
-             for (cpu, n_cores, threads, libraries), loads in sorted(groups.items())]
-    missing = len(results) - sum(len(loads) for loads in groups.values())
+    lines = []
+    for (cpu, n_cores, threads, libraries), machines in sorted(groups.items()):
+        loads = [float(m["load"]) for m in machines]
+        line = (f"{runs(len(loads))} on {cpu}, {n_cores} cores, {threads} torch threads ({libraries}); 1-minute load "
+                f"average as a run started: median {float(np.median(loads)):.2f}, {min(loads):.2f}-{max(loads):.2f}")
+        stolen = [100 * float(m["stolen"]) for m in machines if isinstance(m.get("stolen"), (int, float))]
+        if stolen:
+            line += (f"; CPU time stolen by the host during training ({runs(len(stolen))} measured): median "
+                     f"{float(np.median(stolen)):.0f}%, {min(stolen):.0f}-{max(stolen):.0f}%")
+        lines.append(line)
+    missing = len(results) - sum(len(machines) for machines in groups.values())
     if missing:
         lines.append(f"{runs(missing)} kept no record of their machine (trained before runs did)")
     return "\nWhere it trained: " + "; ".join(lines) + ".\n"
