@@ -85,8 +85,9 @@ def test_stolen_share_is_the_hosts_share_of_the_machines_cpu_time_between_two_re
     assert machine.stolen_share(before, after) == pytest.approx(120 / 300)
     assert machine.stolen_share(after, after) is None, "no time passed: no share"
     assert machine.stolen_share(None, after) is None and machine.stolen_share(before, None) is None
-    stat.write_text("intr 1 2\n")
-    assert machine.cpu_ticks() is None, "a first line that is not the machine's total"
+    for garbled in ("intr 1 2 3 4 5 6 7 8 9\n", "", "cpu 1 2 x 4 5 6 7 8\n", "cpu 1 2 3\n"):
+        stat.write_text(garbled)
+        assert machine.cpu_ticks() is None, f"not the machine's total: {garbled!r}"
 
 
 def test_machine_line_says_how_much_cpu_time_the_host_stole_while_the_runs_ran(monkeypatch) -> None:

@@ -54,7 +54,7 @@ def cpu_ticks() -> tuple[int, int] | None:
         ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal (guests: in user)
     except (OSError, ValueError):
         return None
-    if fields[0] != "cpu" or len(ticks) < 8:
+    if len(ticks) < 8 or fields[0] != "cpu":  # an empty file has no fields[0]
         return None
     return ticks[7], sum(ticks)
 
