@@ -99,7 +99,9 @@ def test_an_interrupted_sweep_resumes_its_run_in_progress_from_the_checkpoint(tm
     assert record["train_seconds"] >= 3 * 0.5, "the seconds of the interrupted process (3 slowed steps) are lost"
 
 
-@pytest.mark.parametrize("text", ["-1", "NaN", "true", '"12"', "[3]", "{"])
+@pytest.mark.parametrize("text", ["-1", "NaN", "true", '"12"', "[3]", "{", '{"seconds": 3}',
+                                  '{"seconds": 3, "ticks": [5, 2]}', '{"seconds": -3, "ticks": [0, 2]}',
+                                  '{"seconds": 3, "ticks": [0.5, 2]}'])
 def test_a_run_whose_record_of_earlier_seconds_is_damaged_is_trained_again_from_its_start(
         tmp_path: Path, monkeypatch, caplog, text: str) -> None:
     """How long a stopped run took before is unknown: resumed, its time would be wrong, so it starts over
@@ -115,6 +117,32 @@ def test_a_run_whose_record_of_earlier_seconds_is_damaged_is_trained_again_from_
     assert len(taken) == config.steps, "it resumed from the checkpoint"
     warning = next(r.getMessage() for r in caplog.records if r.name == "tokformer.birds")
     assert warning.startswith(f"{record} is ") and warning.endswith("; training that run again from its start")
+
+
+def test_a_resumed_runs_cpu_steal_is_over_every_process_that_trained_it(tmp_path: Path, monkeypatch) -> None:
+    """The host's steal is kept beside the seconds, so a run stopped and resumed reports the share over both
+    processes, not the last one's alone: 30 of 100 ticks stolen, then 10 of 300, is 0.1 (the last: 0.033)."""
+    config = BirdsConfig(**{**SMALL.__dict__, "models": ("pool-d1",), "tasks": ("count",), "seeds": (0,)})
+    readings = [(10, 100), (40, 200), (40, 1000), (50, 1300)]  # (stolen, total) at each process's start and end
+    monkeypatch.setattr(experiment, "cpu_ticks", lambda: readings.pop(0))
+    _interrupt_at_training_step(monkeypatch, at=3)
+    with pytest.raises(SweepInterrupted):
+        experiment.run_sweep(config, out=tmp_path / "cut")
+    record = tmp_path / "cut" / experiment.TRAINING_DIR / "pool-d1-count-seed0" / experiment.SECONDS_FILE
+    assert json.loads(record.read_text())["ticks"] == [30, 100]
+    _interrupt_at_training_step(monkeypatch, at=10 ** 6)
+    experiment.run_sweep(config, out=tmp_path / "cut")
+    assert not readings, "each process read the ticks as it started and as it stopped training"
+    (run,) = [json.loads(line) for line in (tmp_path / "cut" / "runs.jsonl").read_text().splitlines()]
+    assert run["machine"]["stolen"] == 0.1
+
+
+def test_a_record_of_seconds_alone_counts_its_seconds_and_no_steal(tmp_path: Path) -> None:
+    """A run stopped before the ticks were kept resumes with its seconds; its steal is measured from then on."""
+    (tmp_path / experiment.SECONDS_FILE).write_text("12.5")
+    assert experiment._time_before(tmp_path) == experiment.TrainingTime(12.5, (0, 0))
+    assert experiment._time_before(tmp_path).plus(1.0, (5, 10), (9, 30)).stolen == pytest.approx(4 / 20)
+    assert experiment.TrainingTime(3.0).plus(1.0, None, (9, 30)).stolen is None, "never measured: no share"
 
 
 def test_the_birds_command_exits_as_a_signal_stop_and_says_how_to_resume(tmp_path: Path, monkeypatch) -> None:

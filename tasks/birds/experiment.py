@@ -60,7 +60,7 @@ from tokformer.weights import count_parameters
 log = logging.getLogger("tokformer.birds")
 RUNS_LOG = "runs.jsonl"  # one line per finished training run, written as the sweep goes
 TRAINING_DIR = "training"  # the engine's folder of each run in progress (checkpoints: resume mid-run)
-SECONDS_FILE = "train_seconds.json"  # beside a run's checkpoints: the seconds of the processes that trained it
+SECONDS_FILE = "train_seconds.json"  # beside a run's checkpoints: what the processes that trained it spent
 EVALUATIONS = 4  # evaluations on the validation split per run (each saves a checkpoint), the last at its end
 SWEEP_FILE = "sweep.json"  # the config a report directory's runs belong to: what makes a resume safe
 ELAPSED_FILE = "elapsed.json"  # the wall-clock seconds every process so far spent on the sweep
@@ -243,15 +243,41 @@ class SweepInterrupted(KeyboardInterrupt):
 @dataclass
 class TrainedRun:
     """A run the engine finished: the model as trained (last step), its training seconds in the
-    processes that trained it (:func:`_seconds_before`; image drawing excluded), its validation
+    processes that trained it (:func:`_time_before`; image drawing excluded), its validation
     accuracy at each evaluation ``[(step, acc)]`` and the machine its last process ran on
     (:func:`tokformer.machine.snapshot`, and ``stolen``: the share of the CPU time the host gave other
-    virtual machines while that process trained, where Linux says; a time means little without them)."""
+    virtual machines while its processes trained, where Linux says; a time means little without them)."""
 
     model: nn.Module
     seconds: float
     curve: list[tuple[int, float]]
     machine: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrainingTime:
+    """What the processes that trained one run spent, summed over them, so that a run stopped and resumed
+    is timed whole: seconds (image drawing excluded) and the machine's CPU ticks meanwhile, (stolen, total)
+    (:func:`tokformer.machine.cpu_ticks`; a process that could not read them adds none)."""
+
+    seconds: float = 0.0
+    ticks: tuple[int, int] = (0, 0)
+
+    def plus(self, seconds: float, before: tuple[int, int] | None, after: tuple[int, int] | None) -> TrainingTime:
+        """This time and one more process's: ``seconds``, and the ticks between its readings ``before``, ``after``."""
+        measured = before is not None and after is not None and after[1] > before[1]
+        stolen, total = (after[0] - before[0], after[1] - before[1]) if measured else (0, 0)
+        return TrainingTime(self.seconds + seconds, (self.ticks[0] + stolen, self.ticks[1] + total))
+
+    @property
+    def stolen(self) -> float | None:
+        """The share of the CPU time the host took while the run trained (over the processes that measured
+        it); None where none did."""
+        return stolen_share((0, 0), self.ticks)
+
+    def record(self) -> dict[str, Any]:
+        """What :data:`SECONDS_FILE` keeps, for :func:`_time_before` to read back."""
+        return {"seconds": self.seconds, "ticks": list(self.ticks)}
 
 
 def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: Path | None = None) -> TrainedRun:
@@ -267,11 +293,11 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
     stream = shared_stream(Drawing.of(cfg), task, seed)  # the task's own: timing can leave its drawing out
     machine, ticks, drawn, start = snapshot(), cpu_ticks(), stream.drawing_seconds, time.perf_counter()
     try:
-        earlier = _seconds_before(run_dir)
+        earlier = _time_before(run_dir)
     except DataError as error:  # a pipe, not JSON, not a number: how long the run took so far is unknown
         log.warning("%s; training that run again from its start", error)
         shutil.rmtree(run_dir)
-        earlier = 0.0
+        earlier = TrainingTime()
     try:
         with _engine_lines_quiet():
             if run_dir.exists():
@@ -279,32 +305,38 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
             else:
                 result = train(run_settings(name, task, cfg, seed), quiet=True, run_dir=str(run_dir))
     finally:
-        seconds = earlier + time.perf_counter() - start - (stream.drawing_seconds - drawn)
+        spent = earlier.plus(time.perf_counter() - start - (stream.drawing_seconds - drawn), ticks, cpu_ticks())
         if list_checkpoints(run_dir):  # else the run starts over, and its time with it
-            write_json_atomic(run_dir / SECONDS_FILE, seconds)
+            write_json_atomic(run_dir / SECONDS_FILE, spent.record())
     if result.interrupted:
         raise SweepInterrupted(f"stopped at step {result.step} of {name} on {task}, seed {seed}; its checkpoint "
                                "is saved and the same command resumes there", result.signal)
-    if (stolen := stolen_share(ticks, cpu_ticks())) is not None:  # while this process trained
-        machine["stolen"] = round(stolen, 3)
+    if spent.stolen is not None:
+        machine["stolen"] = round(spent.stolen, 3)
     _, model = load_run(run_dir, "best" if parse_spec(name).converges else "latest", cfg.device)
     curve = [(r["step"], float(r["accuracy"])) for r in read_metrics(run_dir) if r.get("split") == "eval"]
-    return TrainedRun(model, seconds, curve, machine)
+    return TrainedRun(model, spent.seconds, curve, machine)
 
 
-def _seconds_before(run_dir: Path) -> float:
-    """The training seconds that earlier processes spent on the run in ``run_dir``, so that a run stopped
-    (a signal, an exception) and resumed is timed whole; 0 for a new run. A process killed outright
-    (SIGKILL, a lost machine) records nothing, though the steps it checkpointed are kept: such a run's
-    time is short by them (the engine's checkpoints would have to carry the seconds to cover it).
-    Raises :class:`DataError` when the record is damaged."""
+def _time_before(run_dir: Path) -> TrainingTime:
+    """What earlier processes spent on the run in ``run_dir`` (nothing for a new run). A record of
+    seconds alone (written before the ticks were kept) counts its seconds and no ticks. A process
+    killed outright (SIGKILL, a lost machine) records nothing, though the steps it checkpointed are
+    kept: such a run's time is short by them (the engine's checkpoints would have to carry the seconds
+    to cover it). Raises :class:`DataError` when the record is damaged."""
     path = run_dir / SECONDS_FILE
     if not path.is_file():
-        return 0.0
-    seconds = files.read_json(path)
-    if not (_is_number(seconds) and seconds >= 0):
-        raise DataError(f"{path} is damaged: training seconds must be a number >= 0, not {seconds!r}")
-    return float(seconds)
+        return TrainingTime()
+    record = files.read_json(path)
+    if _is_number(record) and record >= 0:
+        return TrainingTime(float(record))
+    seconds, ticks = (record.get("seconds"), record.get("ticks")) if isinstance(record, dict) else (None, None)
+    if not (_is_number(seconds) and seconds >= 0 and isinstance(ticks, list) and len(ticks) == 2
+            and all(type(t) is int for t in ticks) and 0 <= ticks[0] <= ticks[1]):
+        raise DataError(f"{path} is damaged: it must hold the training seconds (a number >= 0) and the CPU "
+                        f"ticks stolen and in all meanwhile ([stolen, total], 0 <= stolen <= total), "
+                        f"not {files.shown(record)}")
+    return TrainingTime(float(seconds), (ticks[0], ticks[1]))
 
 
 def _model_path(out: Path, name: str, task: str) -> Path:
