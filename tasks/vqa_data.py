@@ -252,10 +252,13 @@ def read_records(path: str | Path) -> tuple[list[Record], int]:
     DataError naming ``file:line``."""
     path = Path(path)
     records, skipped = [], 0
+    readable: dict[Path, bool] = {}  # each image decoded once: many lines may name one (a huge one, too)
     for number, line in enumerate(files.read_lines(path), start=1):
         where = f"{path}:{number}"
         record = _record(line, where, path.parent)
-        if readable_image(record.image, decode=True):
+        if record.image not in readable:
+            readable[record.image] = readable_image(record.image, decode=True)
+        if readable[record.image]:
             records.append(record)
         else:
             skipped += 1
@@ -302,15 +305,19 @@ def read_eval(path: str | Path) -> list[Record]:
     path = Path(path)
     if path.is_file():
         return _counted(path, [path])
-    if not path.is_dir():
+    if path.exists():
+        if not path.is_dir():
+            raise DataError(f"vqa data {path} is neither a JSONL file nor a folder (a pipe, socket or device)")
+    else:
         raise DataError(f"vqa data not found: {path}")
     split = split_folders(path)
     return read_all(split[1] if split is not None else path)
 
 
 def read_all(folder: Path) -> list[Record]:
-    """The records of every ``*.jsonl`` file of ``folder``; skipped images counted in the log."""
-    paths = sorted(p for p in folder.glob("*.jsonl") if p.is_file())
+    """The records of every ``*.jsonl`` file of ``folder`` but hidden ones (``._data.jsonl``, which macOS
+    archives add beside each file, is no text); skipped images counted in the log."""
+    paths = sorted(p for p in folder.glob("*.jsonl") if p.is_file() and not p.name.startswith("."))
     if not paths:
         raise DataError(f"{folder} has no .jsonl files: expected lines like "
                         '{"image": "images/1.png", "question": "how many birds?", "answer": "three"}')

@@ -228,11 +228,36 @@ def test_runs_log_lines_that_record_no_run_are_trained_again(one_model_sweep: Pa
     assert json.loads(count)["task"] == "count"
     for bad in (b"\x80\xff", b"[" * 100_000, json.dumps({**json.loads(compare), "accuracy": "x"}).encode(),
                 json.dumps({**json.loads(compare), "curve": [[1, None]]}).encode(),
-                json.dumps({**json.loads(compare), "seed": True}).encode()):
+                json.dumps({**json.loads(compare), "seed": True}).encode(),
+                json.dumps({**json.loads(compare), "accuracy": 10 ** 400}).encode()):  # float() overflows
         (out / "runs.jsonl").write_bytes(count.encode() + b"\n" + bad + b"\n")
         assert _retrained(out, monkeypatch) == [("mlp", "compare", 0)], bad[:40]
         shutil.rmtree(out)
         out = _copy_of(one_model_sweep, tmp_path)
+
+
+def test_a_run_recorded_after_a_torn_last_line_is_read_back(one_model_sweep: Path, tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """A crash or a full disk can cut the log's last line short, without its newline: the next record was
+    appended onto it, neither line read back, and that run was trained again at every resume."""
+    out = _copy_of(one_model_sweep, tmp_path)
+    count, compare = (out / "runs.jsonl").read_text().splitlines()
+    (out / "runs.jsonl").write_text(count + "\n" + compare[: len(compare) // 2])
+    assert _retrained(out, monkeypatch) == [("mlp", "compare", 0)]
+    assert _retrained(out, monkeypatch) == [], "the run trained again was recorded on a line of its own"
+    assert (out / "runs.jsonl").read_text().splitlines()[:2] == [count, compare[: len(compare) // 2]]
+
+
+def test_a_machine_record_beyond_a_floats_range_is_no_reading(one_model_sweep: Path, tmp_path: Path) -> None:
+    """A run's load or steal of 10**400 (a hand-edited log) reached float() in the report: OverflowError."""
+    out = _copy_of(one_model_sweep, tmp_path)
+    count, compare = (json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines())
+    count["machine"] = {**count["machine"], "load": 10 ** 400}
+    compare["machine"] = {**compare["machine"], "load": 1.5, "stolen": 10 ** 400}
+    (out / "runs.jsonl").write_text(json.dumps(count) + "\n" + json.dumps(compare) + "\n")
+    text = experiment.write_report(experiment.run_sweep(ONE_MODEL, out=out), out, elapsed=1.0,
+                                   command="tokformer birds").read_text()
+    assert "1 run on " in text and "median 1.50" in text and "CPU time stolen" not in text
 
 
 @pytest.mark.parametrize("damage", ["garbage", "pipe", "another model's weights"])

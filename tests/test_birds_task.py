@@ -145,6 +145,38 @@ def test_a_record_of_seconds_alone_counts_its_seconds_and_no_steal(tmp_path: Pat
     assert experiment.TrainingTime(3.0).plus(1.0, None, (9, 30)).stolen is None, "never measured: no share"
 
 
+def test_cpu_counters_that_step_back_give_a_share_between_0_and_1() -> None:
+    """proc(5): iowait can decrease, and a steal counter has gone back on some hypervisors: the record kept
+    a negative or oversized count, which the next resume refused as damaged, training the run again."""
+    assert experiment.TrainingTime().plus(1.0, (50, 100), (40, 200)).ticks == (0, 100)
+    assert experiment.TrainingTime().plus(1.0, (0, 100), (500, 200)).ticks == (100, 100)
+    assert experiment.TrainingTime().plus(1.0, (0, 100), (5, 90)).ticks == (0, 0), "no time passed: none counted"
+
+
+def test_a_run_in_progress_resumes_on_the_device_asked_for_now(tmp_path: Path, monkeypatch) -> None:
+    """A sweep stopped while it trained on a GPU, resumed with ``--device cpu`` on a machine without one,
+    failed with "CUDA is not available": the run kept its first process's device."""
+    config = BirdsConfig(**{**SMALL.__dict__, "models": ("pool-d1",), "tasks": ("count",), "seeds": (0,)})
+    _interrupt_at_training_step(monkeypatch, at=3)
+    with pytest.raises(SweepInterrupted):
+        experiment.run_sweep(config, out=tmp_path / "cut")
+    saved = tmp_path / "cut" / experiment.TRAINING_DIR / "pool-d1-count-seed0" / "config.json"
+    record = json.loads(saved.read_text())
+    saved.write_text(json.dumps({**record, "train": {**record["train"], "device": "cuda:7"}}))  # none here has 8
+    experiment.run_sweep(config, out=tmp_path / "cut")
+    assert (tmp_path / "cut" / "runs.jsonl").is_file(), "the run finished on the cpu asked for"
+
+
+def test_a_killed_process_after_a_report_loses_no_minutes(tmp_path: Path) -> None:
+    """Both records are running totals: a process stopped by a signal wrote elapsed.json, the next one a
+    report (results.json) before it was killed outright; the third counted only the older elapsed.json."""
+    (tmp_path / experiment.ELAPSED_FILE).write_text("100.0")
+    (tmp_path / "results.json").write_text(json.dumps({"elapsed_seconds": 300.0}))
+    assert experiment._elapsed_before(tmp_path) == 300.0
+    (tmp_path / "results.json").write_text(json.dumps({"elapsed_seconds": 10 ** 400}))
+    assert experiment._elapsed_before(tmp_path) == 100.0, "a number no float holds is no record"
+
+
 def test_the_birds_command_exits_as_a_signal_stop_and_says_how_to_resume(tmp_path: Path, monkeypatch) -> None:
     _interrupt_at_training_step(monkeypatch, at=2)
     monkeypatch.setattr(experiment, "quick_config", lambda **kw: BirdsConfig(

@@ -65,7 +65,8 @@ def test_coerce_parses_strings_from_flags_and_yaml(value, tp, expected):
     ("value", "tp", "needle"),
     [("abc", int, "expected an integer"), ("x", float, "expected a number"), (1.5, int, "expected an integer"),
      ("maybe", bool, "true or false"), ("c", Literal["a", "b"], "one of a, b"), (True, int, "integer"),
-     (3, str, "expected a string")],
+     (3, str, "expected a string"), (10 ** 400, float, "is not a finite number"),
+     ("1e999", float, "is not a finite number")],
 )
 def test_coerce_rejects_wrong_types_with_the_key(value, tp, needle):
     with pytest.raises(ConfigError, match=needle) as e:

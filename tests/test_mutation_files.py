@@ -50,6 +50,15 @@ def test_each_way_out_of_the_folder_is_refused_on_its_own(tmp_path, name) -> Non
         files.inside(tmp_path, name, "index.json")
 
 
+def test_a_name_of_up_to_4096_bytes_is_a_path_and_a_longer_one_is_refused_before_the_file_system(tmp_path) -> None:
+    """Resolving a name costs time in the square of its length: PATH_MAX bytes are the most a path may be.
+    The bytes count, not the characters ("é" is two)."""
+    longest = "/".join(["d" * 255] * 16)[:4094] + "é"  # 4096 bytes, 4095 characters
+    assert files.inside(tmp_path, longest, "index.json") == tmp_path / longest
+    with pytest.raises(DataError, match="is longer than 4096 bytes"):
+        files.inside(tmp_path, longest + "x", "index.json")
+
+
 def test_a_quoted_value_is_cut_after_80_characters() -> None:
     assert files.shown("x" * 78) == repr("x" * 78)  # 80 characters with the quotes: whole
     assert files.shown("x" * 79) == f"{repr('x' * 79)[:80]}... (81 characters)"

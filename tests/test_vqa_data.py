@@ -227,6 +227,8 @@ def test_records_read_with_images_relative_to_their_file(tmp_path) -> None:
     ('{"image": 7, "answer": "x"}', '"image" must be a string, got 7'),
     ('{"image": "../a.png", "answer": "x"}', "points outside"),
     ('{"image": "/etc/passwd", "answer": "x"}', "points outside"),
+    ('{"image": "loop.png", "answer": "x"}', '"image": \'loop.png\' cannot be followed'),
+    ('{"image": "' + "a/" * 3000 + 'a.png", "answer": "x"}', "is longer than 4096 bytes, more than a path may be"),
     ("", "empty line"),
     ('{"image": "a.png", "answer": "x", "question": "bad \\ud800"}', '"question" holds a lone surrogate'),
     ('{"image": "a.png", "answer": "\\udfff"}', '"answer" holds a lone surrogate'),
@@ -236,6 +238,7 @@ def test_a_bad_line_is_one_error_naming_file_and_line(line, message, tmp_path) -
     from tokformer.tasks.vqa_data import read_records
 
     path = write_folder(tmp_path, ['{"image": "a.png", "answer": "x"}', line], {"a.png": None})
+    (tmp_path / "loop.png").symlink_to("loop.png")  # a link to itself: resolving it raised RuntimeError
     with pytest.raises(DataError) as info:
         read_records(path)
     assert str(info.value).startswith(f"{path}:2: ") and message in str(info.value)
@@ -277,6 +280,51 @@ def test_unreadable_images_are_skipped_named_and_counted(tmp_path, caplog) -> No
     assert sorted(r.image.name for r in train + val) == ["a.png", "b.png", "c.png"] and len(val) == 1
     assert all(name in caplog.text for name in ("broken.png", "missing.png", *broken))
     assert "skipped 4 example(s) whose image cannot be read" in caplog.text
+
+
+def test_paths_the_file_system_refuses_are_skipped_and_counted(tmp_path, caplog) -> None:
+    """An image under a file (``images.zip/001.png``) and a name part longer than a file name may be: the
+    OSError escaped the reader, which stopped with ``Not a directory`` or ``File name too long``."""
+    from tokformer.tasks.vqa_data import read_records
+
+    lines = [f'{{"image": "{name}", "answer": "x"}}' for name in ("a.png", "images.zip/001.png", "b" * 300 + ".png")]
+    path = write_folder(tmp_path, lines, {"a.png": None, "images.zip": b"PK"})
+    with caplog.at_level("WARNING"):
+        records, skipped = read_records(path)
+    assert [r.image.name for r in records] == ["a.png"] and skipped == 2
+    assert "images.zip/001.png" in caplog.text and "b" * 300 in caplog.text
+
+
+def test_an_image_named_by_many_lines_is_decoded_once(tmp_path, monkeypatch) -> None:
+    """A 100 kB PNG can decode to 100 MB: a million lines naming it cost a million decodes (days)."""
+    from tokformer.tasks import vqa_data
+
+    decoded = []
+    monkeypatch.setattr(vqa_data, "readable_image",
+                        lambda path, decode: decoded.append(path.name) or path.name != "b.png")  # b: unreadable
+    path = write_folder(tmp_path, [f'{{"image": "{name}", "answer": "x"}}' for name in ["a.png", "b.png"] * 50])
+    records, skipped = vqa_data.read_records(path)
+    assert sorted(decoded) == ["a.png", "b.png"], "each image file once"
+    assert len(records) == 50 and skipped == 50, "every line still counted"
+
+
+def test_hidden_jsonl_files_are_not_read(tmp_path) -> None:
+    """macOS archives put ``._data.jsonl`` (binary metadata) beside ``data.jsonl``: the read stopped on it."""
+    from tokformer.tasks.vqa_data import read_eval
+
+    write_folder(tmp_path, ['{"image": "a.png", "answer": "x"}'], {"a.png": None})
+    (tmp_path / "._data.jsonl").write_bytes(b"\x00\x05\x16\x07\xff\xfe")
+    assert [r.image.name for r in read_eval(tmp_path)] == ["a.png"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_evaluation_data_that_is_a_pipe_is_named_as_one_not_as_missing(tmp_path) -> None:
+    from tokformer.errors import DataError
+    from tokformer.tasks.vqa_data import read_eval
+
+    os.mkfifo(tmp_path / "data.jsonl")
+    with pytest.raises(DataError, match="is neither a JSONL file nor a folder"):
+        read_eval(tmp_path / "data.jsonl")
 
 
 def test_an_evaluation_file_counts_what_it_skips(tmp_path, caplog) -> None:

@@ -504,10 +504,11 @@ MAX_IMAGE_PIXELS = 1 << 25
 def checked_image(path: str | Path) -> Iterator[Image.Image]:
     """``Image.open(path)`` behind the checks that need no pixel decoded: a regular file (opening a pipe
     blocks forever) whose header claims at most :data:`MAX_IMAGE_PIXELS`. Any failure, of the checks or
-    of the caller's block (decoding, verifying), is a DataError naming the file."""
-    if Path(path).exists() and not Path(path).is_file() and not Path(path).is_dir():
-        raise DataError(f"{path} is not a regular file (a pipe, socket or device); give an image file")
+    of the caller's block (decoding, verifying), is a DataError naming the file; so is a path the file system
+    refuses (a name too long, a file where a folder should be)."""
     try:
+        if Path(path).exists() and not Path(path).is_file() and not Path(path).is_dir():
+            raise DataError(f"{path} is not a regular file (a pipe, socket or device); give an image file")
         with warnings.catch_warnings(), Image.open(path) as image:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size is checked below, in one line
             width, height = image.size
@@ -518,8 +519,9 @@ def checked_image(path: str | Path) -> Iterator[Image.Image]:
     except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
         raise file_error(path, err) from None
     except DECODE_ERRORS as err:
-        if Path(path).stat().st_size == 0:
-            raise DataError(f"image file {path} is empty") from None
+        with contextlib.suppress(OSError):  # not a file at all: the error itself says why
+            if Path(path).stat().st_size == 0:
+                raise DataError(f"image file {path} is empty") from None
         raise DataError(f"cannot read image {path}: {err}") from None
 
 

@@ -146,19 +146,33 @@ def read_json(path: str | os.PathLike) -> Any:
         raise DataError(f"{path} is not valid JSON: {error}") from None
 
 
+#: The longest file name a file read by tokformer may give (Linux's PATH_MAX).
+MAX_PATH_BYTES = 4096
+
+
 def inside(folder: str | os.PathLike, name: Any, described: str, error: type[TokformerError] = DataError) -> Path:
     """``folder / name`` for a file name read from a file (an index, a manifest): refused in one line
     unless it is a relative path that stays inside ``folder``, no ``..``, not absolute, and not a link
-    that leads out of it. ``described`` names the file and key the name came from."""
+    that leads out of it. ``described`` names the file and key the name came from.
+
+    A name longer than :data:`MAX_PATH_BYTES` is refused before the file system sees it: resolving costs
+    time in the square of the name's length (each of its parts joins and looks up the whole prefix), and
+    no file system holds such a path."""
     folder = Path(folder)
     if not isinstance(name, str) or not name.strip():
         raise error(f"{described}: {shown(name)} is not a file name")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise error(f"{described}: {shown(name)} is longer than {MAX_PATH_BYTES} bytes, more than a path may be")
     relative = PurePosixPath(name)
     if relative.is_absolute() or ".." in relative.parts or "\\" in name or "\0" in name:
         raise error(f"{described}: {shown(name)} points outside {folder}; file names there must be relative "
                     "to it, without '..'")
     path = folder / relative
-    if not path.resolve().is_relative_to(folder.resolve()):
+    try:
+        resolved = path.resolve()
+    except (RuntimeError, OSError) as err:  # Python <= 3.12 raises RuntimeError on a loop of links
+        raise error(f"{described}: {shown(name)} cannot be followed ({err})") from None
+    if not resolved.is_relative_to(folder.resolve()):
         raise error(f"{described}: {shown(name)} is a link that leads outside {folder}")
     return path
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import shutil
 import tempfile
 import time
@@ -46,7 +45,7 @@ from tokformer.errors import DataError, UsageError
 from tokformer.machine import cpu_ticks, snapshot, stolen_share
 from tokformer.tasks.birds.data import EXTRA_BIRDS, N_CLASSES, N_SPECIES, TASKS, Scene
 from tokformer.tasks.birds.models import PATIENCE, build_model, parse_spec
-from tokformer.tasks.birds.report import write_report
+from tokformer.tasks.birds.report import recorded_number, write_report
 from tokformer.tasks.birds.stream import (
     Drawing,
     SplitTensors,
@@ -266,7 +265,8 @@ class TrainingTime:
     def plus(self, seconds: float, before: tuple[int, int] | None, after: tuple[int, int] | None) -> TrainingTime:
         """This time and one more process's: ``seconds``, and the ticks between its readings ``before``, ``after``."""
         measured = before is not None and after is not None and after[1] > before[1]
-        stolen, total = (after[0] - before[0], after[1] - before[1]) if measured else (0, 0)
+        total = after[1] - before[1] if measured else 0
+        stolen = min(max(after[0] - before[0], 0), total) if measured else 0  # counters can step back (proc(5))
         return TrainingTime(self.seconds + seconds, (self.ticks[0] + stolen, self.ticks[1] + total))
 
     @property
@@ -301,7 +301,7 @@ def train_model(name: str, task: str, cfg: BirdsConfig, seed: int, *, run_dir: P
     try:
         with _engine_lines_quiet():
             if run_dir.exists():
-                result = train(resume=run_dir, quiet=True)
+                result = train(resume=run_dir, quiet=True, **{"train.device": cfg.device})  # asked now
             else:
                 result = train(run_settings(name, task, cfg, seed), quiet=True, run_dir=str(run_dir))
     finally:
@@ -410,7 +410,7 @@ def _is_count(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
+    return recorded_number(value) is not None
 
 
 def _saved_model(out: Path, name: str, task: str, cfg: BirdsConfig) -> nn.Module | None:
@@ -492,8 +492,7 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
                         weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
                         write_atomic(_model_path(out, name, task), partial(save_file, weights))
                 if out is not None:
-                    with (out / RUNS_LOG).open("a") as f:
-                        f.write(json.dumps(asdict(result)) + "\n")
+                    _append_record(out / RUNS_LOG, json.dumps(asdict(result)))
                     shutil.rmtree(run_dir)  # recorded: its checkpoints are not needed any more
                 log.info("seed %d  %-7s  %-15s acc %.3f  (%.0fs)", seed, task, name, acc, seconds)
                 if progress_bar is not None:
@@ -505,21 +504,31 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
     return sweep
 
 
+def _append_record(path: Path, line: str) -> None:
+    """``line`` appended to the JSON-lines log at ``path``, on a line of its own: a last line torn by a crash
+    or a full disk (no newline at its end) is ended first, or the record would join it and be lost with it."""
+    with path.open("ab+") as log_file:
+        torn = log_file.seek(0, 2) > 0 and log_file.seek(-1, 2) >= 0 and log_file.read(1) != b"\n"
+        log_file.write((("\n" if torn else "") + line + "\n").encode())
+
+
 def _elapsed_before(out: Path) -> float:
     """Seconds the processes before this one spent on the sweep in ``out`` (0 for a new sweep), so a resumed
     sweep's report counts them too: each process records its time in ``elapsed.json`` when it ends, stopped
     by a signal or an error included; a folder from before that record, or from a process killed outright,
-    has its last report's time (the minutes after that report are then not known). A damaged record (a pipe,
-    not JSON, not a number >= 0) counts no earlier time."""
+    has its last report's time (the minutes after that report are then not known). Both records are running
+    totals, so the larger counts: a process killed outright after a report leaves ``elapsed.json`` older than
+    ``results.json``. A damaged record (a pipe, not JSON, not a number >= 0) counts no earlier time."""
+    totals = [0.0]
     for path, read in ((out / ELAPSED_FILE, lambda record: record),
                        (out / "results.json", lambda record: record.get("elapsed_seconds", 0.0))):
         if path.exists() or path.is_symlink():
             try:
-                elapsed = read(files.read_json(path))  # never a pipe: it would block
+                elapsed = recorded_number(read(files.read_json(path)))  # never a pipe: it would block
             except (DataError, AttributeError):
-                return 0.0
-            return float(elapsed) if _is_number(elapsed) and elapsed >= 0 else 0.0
-    return 0.0
+                continue
+            totals.append(elapsed if elapsed is not None and elapsed >= 0 else 0.0)
+    return max(totals)
 
 
 def _seeds_done(sweep: Sweep) -> int:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from tokformer.engine import over_seeds, write_text_atomic
+from tokformer.runtime.config import finite_float
 from tokformer.tasks.birds.data import SPECIES
 from tokformer.tasks.birds.design import VIEWS, bayes_accuracy, oracle_accuracies
 from tokformer.tasks.birds.figures import (
@@ -110,7 +111,7 @@ def machine_note(results: list[RunResult]) -> str:
     groups: dict[tuple[str, ...], list[dict]] = {}
     for run in results:
         m = run.machine if isinstance(run.machine, dict) else {}
-        if isinstance(m.get("load"), (int, float)):
+        if recorded_number(m.get("load")) is not None:
             key = tuple(str(m.get(k)) for k in ("cpu", "cores", "threads", "versions"))
             groups.setdefault(key, []).append(m)
     if not groups:
@@ -118,10 +119,10 @@ def machine_note(results: list[RunResult]) -> str:
     runs = lambda n: f"{n} run" + ("s" if n != 1 else "")
     lines = []
     for (cpu, n_cores, threads, libraries), machines in sorted(groups.items()):
-        loads = [float(m["load"]) for m in machines]
+        loads = [recorded_number(m["load"]) for m in machines]
         line = (f"{runs(len(loads))} on {cpu}, {n_cores} cores, {threads} torch threads ({libraries}); 1-minute load "
                 f"average as a run started: median {float(np.median(loads)):.2f}, {min(loads):.2f}-{max(loads):.2f}")
-        stolen = [100 * float(m["stolen"]) for m in machines if isinstance(m.get("stolen"), (int, float))]
+        stolen = [100 * s for m in machines if (s := recorded_number(m.get("stolen"))) is not None]
         if stolen:
             line += (f"; CPU time stolen by the host during training ({runs(len(stolen))} measured): median "
                      f"{float(np.median(stolen)):.0f}%, {min(stolen):.0f}-{max(stolen):.0f}%")
@@ -130,6 +131,18 @@ def machine_note(results: list[RunResult]) -> str:
     if missing:
         lines.append(f"{runs(missing)} kept no record of their machine (trained before runs did)")
     return "\nWhere it trained: " + "; ".join(lines) + ".\n"
+
+
+def recorded_number(value: object) -> float | None:
+    """The number a record of a run holds (a JSON integer or float, finite, within a float's range), else
+    None: a record may be damaged or edited by hand, and a bool, a string, NaN or 10**400 (a float()
+    overflow) must reach no mean and no table."""
+    if type(value) not in (int, float):
+        return None
+    try:
+        return finite_float(value)
+    except ValueError:
+        return None
 
 
 def _preset_note(command: str, n_test: int) -> str:

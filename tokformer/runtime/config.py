@@ -244,6 +244,8 @@ def finite_float(value: Any) -> float:
         number = float(value)
     except ValueError:
         raise ValueError(f"expected a number, got {shown(value)}") from None
+    except OverflowError:  # an integer beyond a float's range (JSON and YAML read 10**400 whole)
+        raise ValueError(f"{shown(value)} is not a finite number") from None
     if not math.isfinite(number):
         raise ValueError(f"{shown(value)} is not a finite number")
     return number
