@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from tokformer.engine import over_seeds, write_text_atomic
-from tokformer.runtime.config import finite_float
 from tokformer.tasks.birds.data import SPECIES
 from tokformer.tasks.birds.design import VIEWS, bayes_accuracy, oracle_accuracies
 from tokformer.tasks.birds.figures import (
@@ -140,9 +139,10 @@ def recorded_number(value: object) -> float | None:
     if type(value) not in (int, float):
         return None
     try:
-        return finite_float(value)
-    except ValueError:
+        number = float(value)
+    except OverflowError:
         return None
+    return number if math.isfinite(number) else None
 
 
 def _preset_note(command: str, n_test: int) -> str:
