@@ -305,11 +305,10 @@ def read_eval(path: str | Path) -> list[Record]:
     path = Path(path)
     if path.is_file():
         return _counted(path, [path])
-    if path.exists():
-        if not path.is_dir():
-            raise DataError(f"vqa data {path} is neither a JSONL file nor a folder (a pipe, socket or device)")
-    else:
+    if not path.exists():
         raise DataError(f"vqa data not found: {path}")
+    if not path.is_dir():
+        raise DataError(f"vqa data {path} is neither a JSONL file nor a folder (a pipe, socket or device)")
     split = split_folders(path)
     return read_all(split[1] if split is not None else path)
 

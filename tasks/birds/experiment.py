@@ -507,8 +507,11 @@ def run_sweep(cfg: BirdsConfig, *, progress_bar=None, out: Path | None = None,
 def _append_record(path: Path, line: str) -> None:
     """``line`` appended to the JSON-lines log at ``path``, on a line of its own: a last line torn by a crash
     or a full disk (no newline at its end) is ended first, or the record would join it and be lost with it."""
-    with path.open("ab+") as log_file:
-        torn = log_file.seek(0, 2) > 0 and log_file.seek(-1, 2) >= 0 and log_file.read(1) != b"\n"
+    with path.open("ab+") as log_file:  # "a": every write goes to the end, wherever a read left the position
+        torn = False
+        if log_file.seek(0, 2):  # not empty: read its last byte
+            log_file.seek(-1, 2)
+            torn = log_file.read(1) != b"\n"
         log_file.write((("\n" if torn else "") + line + "\n").encode())
 
 
