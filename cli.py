@@ -37,7 +37,7 @@ class FiniteFloat(click.ParamType):
     name = "float"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        from tokformer.runtime.config import finite_float
+        from tokformer.numbers import finite_float
 
         try:
             return finite_float(value)

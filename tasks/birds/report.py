@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from tokformer.engine import over_seeds, write_text_atomic
+from tokformer.numbers import finite_float
 from tokformer.tasks.birds.data import SPECIES
 from tokformer.tasks.birds.design import VIEWS, bayes_accuracy, oracle_accuracies
 from tokformer.tasks.birds.figures import (
@@ -139,10 +140,9 @@ def recorded_number(value: object) -> float | None:
     if type(value) not in (int, float):
         return None
     try:
-        number = float(value)
-    except OverflowError:
+        return finite_float(value)
+    except ValueError:
         return None
-    return number if math.isfinite(number) else None
 
 
 def _preset_note(command: str, n_test: int) -> str:

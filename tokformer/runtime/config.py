@@ -26,6 +26,7 @@ from tokformer.config import ARCHITECTURE
 from tokformer.errors import ConfigError, DataError
 from tokformer.files import loads, read_text, shown
 from tokformer.machine import MAX_WORKERS
+from tokformer.numbers import finite_float
 from tokformer.runtime.registry import get_task
 
 Precision = Literal["fp32", "bf16"]
@@ -233,22 +234,6 @@ _FALSE = {"false", "no", "off", "0"}
 def is_none(value: Any) -> bool:
     """Whether a value means "no value": None, or the string none/null (a flag, -o or YAML)."""
     return value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
-
-
-def finite_float(value: Any) -> float:
-    """``value`` (a number or a numeric string) as a finite float; ValueError saying why not.
-    The one number parser of config files, -o, flags and the CLI's other float options."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"expected a number, got {shown(value)}")
-    try:
-        number = float(value)
-    except ValueError:
-        raise ValueError(f"expected a number, got {shown(value)}") from None
-    except OverflowError:  # an integer beyond a float's range (JSON and YAML read 10**400 whole)
-        raise ValueError(f"{shown(value)} is not a finite number") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{shown(value)} is not a finite number")
-    return number
 
 
 def coerce(value: Any, tp: Any, key: str) -> Any:
