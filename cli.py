@@ -681,15 +681,19 @@ def tokenizer_train(data: tuple[str, ...], vocab_size: int, out: str, pattern: s
 @click.argument("text", type=TEXT, required=False)
 @click.option("--file", "file", metavar="FILE", help="Encode this UTF-8 file instead of TEXT.")
 @click.option("--allow-special", is_flag=True, help="Treat special-token strings in the input as special tokens.")
+@click.option("--backend", type=click.Choice(["auto", "python", "riptoken", "tiktoken"]), default="auto",
+              show_default=True, help="Who encodes: auto takes the first compiled library that gives exactly the "
+              "Python encoder's ids; a library named here must, or the command says why not.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def tokenizer_encode(directory: str, text: str | None, file: str | None, allow_special: bool, quiet: bool) -> None:
+def tokenizer_encode(directory: str, text: str | None, file: str | None, allow_special: bool, backend: str,
+                     quiet: bool) -> None:
     """Print the token ids of TEXT (or of --file), space-separated."""
     from tokformer.tokenizers.commands import encode_text, read_text_file
 
     if (text is None) == (file is None):
         raise click.UsageError("give exactly one of TEXT and --file")
     source = read_text_file(file) if file is not None else text
-    ids = encode_text(directory, source, allow_special=allow_special, show_progress=not quiet)
+    ids = encode_text(directory, source, allow_special=allow_special, show_progress=not quiet, backend=backend)
     click.echo(" ".join(map(str, ids)))
 
 

@@ -1,29 +1,34 @@
-"""Byte-level BPE: tokformer vs tiktoken vs Hugging Face `tokenizers`, encoding and training.
+"""Byte-level BPE: tokformer vs tiktoken vs Hugging Face `tokenizers`, and the exact candidates, encoding and training.
 
 Run: ``python benchmarks/bench_bpe.py [--quick] [--size-mb 6] [--vocab-size 50257]``. Prints
 Markdown and writes ``benchmarks/results/bpe.md``.
 
 Like with like. One vocabulary for every tool: trained by tokformer (GPT-2 pattern,
-``<|endoftext|>``) on documents disjoint from the measured ones, exported to tiktoken
-(ids as ranks) and to HF's ``tokenizer.json``; before any timing every measured document's
-ids are checked equal across the three tools. Corpora come from files on the machine, no
-download: English (license, copyright and changelog files under /usr/share), multilingual
-(vim's translated message catalogs, 30+ languages) and code (the standard library), each as
-whole documents and as the same text cut into lines.
+``<|endoftext|>``) on documents disjoint from the measured ones, exported to tiktoken and
+riptoken (ids as ranks) and to HF's ``tokenizer.json`` (which gigatoken reads); before any
+timing every measured document's ids are checked equal between tokformer's two encoders (its
+default backend and the pure-Python reference) and HF, and each other library's are compared.
+Corpora come from files on the machine, no download: English (license, copyright and changelog
+files under /usr/share), multilingual (vim's translated message catalogs, 30+ languages) and
+code (the standard library), each as whole documents and as the same text cut into lines.
 
 First pass is the headline: each round encodes its own slice, never seen before, with a
-fresh instance of each tool (tokformer and HF cache words, tiktoken does not). The second
-pass re-encodes the round's slice with the warmed instance. HF runs in worker processes,
-one per thread count, because Rayon reads RAYON_NUM_THREADS once per process, and outside
-this repository, whose ``tokenizers/`` folder would shadow HF's package.
+fresh instance of each tool (the Python encoder and HF cache words, the compiled ones do
+not). The Python encoder's second pass re-encodes the round's slice with the warmed instance.
+HF runs in worker processes, one per thread count, because Rayon reads RAYON_NUM_THREADS once
+per process, and outside this repository, whose ``tokenizers/`` folder would shadow HF's package.
+``data prepare lm`` is timed on each round's own folder of English documents, on all cores and
+on one.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import gettext
 import gzip
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -31,6 +36,7 @@ import sysconfig
 import tempfile
 import textwrap
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -39,14 +45,15 @@ from pathlib import Path
 
 from harness import MIN_REPEATS, Machine, Timing, cores, interleave, markdown_table, ratio_cell, write_results
 
+from tokformer.tasks.lm_shards import prepare_lm
 from tokformer.tokenizers import BPETokenizer
 from tokformer.tokenizers.bpe_files import BPEFiles
 from tokformer.tokenizers.bpe_train import count_pretokens
-from tokformer.tokenizers.pretokenize import PATTERNS
+from tokformer.tokenizers.pretokenize import PATTERNS, safe_chunks
 
 SPECIALS = ["<|endoftext|>"]
 TRAIN_SHARE = 5  # every 5th document goes to vocabulary training, the rest is measured
-PACKAGES = ("regex", "tiktoken", "tokenizers", "torch")
+PACKAGES = ("regex", "riptoken", "tiktoken", "gigatoken", "tokenizers", "torch")
 
 HF_WORKER = textwrap.dedent(
     """
@@ -202,21 +209,51 @@ def tiktoken_encoding(tok: BPETokenizer):
     )
 
 
-def fresh_copy(files: BPEFiles) -> BPETokenizer:
-    return BPETokenizer.from_files(files)
+def other_libraries(tok: BPETokenizer, tokenizer_json: Path) -> dict[str, Callable[[list[str]], object]]:
+    """The other exact candidates installed here, each as "encode these texts on one thread" on the same
+    vocabulary: riptoken's core as its users call it, and gigatoken from the tokenizer.json."""
+    found: dict[str, Callable[[list[str]], object]] = {}
+    try:
+        import riptoken
+
+        core = riptoken.CoreBPE(tok.mergeable_ranks(), {}, tok.pattern)
+        found["riptoken"] = lambda texts: [core.encode_ordinary(t) for t in texts]
+    except ImportError:
+        pass
+    try:
+        import gigatoken
+
+        giga = gigatoken.Tokenizer(str(tokenizer_json))
+        found["gigatoken"] = lambda texts: giga.encode_batch_list(texts, parallel=False)
+    except ImportError:
+        pass
+    return found
 
 
-def check_ids(tok: BPETokenizer, enc, hf: HFWorker, key: str, slices: list[list[str]], tmp: Path) -> None:
-    """Fail loudly unless tokformer, tiktoken and HF give the same ids on every measured document."""
+def fresh_copy(files: BPEFiles, backend: str = "auto") -> BPETokenizer:
+    """A new instance (empty caches) whose encoder is already chosen, so no timing pays for the choice."""
+    tok = BPETokenizer.from_files(files, backend=backend)
+    tok.backend  # noqa: B018 - the choice is made on first use
+    return tok
+
+
+def check_ids(tok: BPETokenizer, enc, others: dict, hf: HFWorker, key: str, slices: list[list[str]],
+              tmp: Path) -> list[str]:
+    """Fail loudly unless tokformer (both encoders) and HF give the same ids on every measured document;
+    return a note for each other library that differs from them on some document (timed all the same)."""
     out = tmp / "ids.json"
     hf("ids", key, out)
     hf_ids = json.loads(out.read_text())
-    ours = fresh_copy(tok.files())
+    ours, reference = fresh_copy(tok.files()), fresh_copy(tok.files(), "python")
+    tools = {"tiktoken": lambda texts: [enc.encode_ordinary(t) for t in texts], **others}
+    differ: Counter[str] = Counter()
     for docs, theirs in zip(slices, hf_ids, strict=True):
-        for doc, hf_doc in zip(docs, theirs, strict=True):
-            mine = ours.encode(doc)
-            if mine != enc.encode_ordinary(doc) or mine != hf_doc:
-                raise SystemExit(f"{key}: ids differ from tiktoken's or HF's on document {doc[:60]!r}")
+        mine = [ours.encode(doc) for doc in docs]
+        if mine != theirs or [reference.encode(doc) for doc in docs] != theirs:
+            raise SystemExit(f"{key}: tokformer's ids differ from HF's")
+        for name, encode in tools.items():
+            differ[name] += sum(list(map(int, a)) != b for a, b in zip(encode(docs), mine, strict=True))
+    return [f"{key}: {name}'s ids differ on {n} document(s)" for name, n in differ.items() if n]
 
 
 # ----------------------------------------------------------------------------- measurements
@@ -227,35 +264,72 @@ def per_mb(timings: dict[str, Timing], sizes: list[float]) -> dict[str, Timing]:
     return {name: Timing(tuple(s / mb for s, mb in zip(t.seconds, sizes, strict=True))) for name, t in timings.items()}
 
 
-def encode_single(files: BPEFiles, enc, hf: HFWorker, key: str, slices: list[list[str]], repeats: int) -> dict:
-    """One thread: first pass (fresh instances) and second pass (the same instances again) for each tool."""
+def encode_single(files: BPEFiles, enc, others: dict, hf: HFWorker, key: str, slices: list[list[str]],
+                  repeats: int) -> dict:
+    """One thread: first pass (fresh instances) for each tool, and the second pass of the caching ones."""
     ours = [fresh_copy(files) for _ in slices]
+    python = [fresh_copy(files, "python") for _ in slices]
     hf("prepare", key)
     cases = {
         "tokformer": lambda r: ours[r + 1].encode_batch(slices[r + 1], num_workers=1),
+        "tokformer python": lambda r: python[r + 1].encode_batch(slices[r + 1], num_workers=1),
         "tiktoken": lambda r: [enc.encode_ordinary(t) for t in slices[r + 1]],
+        **{name: (lambda r, encode=encode: encode(slices[r + 1])) for name, encode in others.items()},
         "HF": lambda r: hf("encode", key, r),
-        "tokformer again": lambda r: ours[r + 1].encode_batch(slices[r + 1], num_workers=1),
+        "tokformer python again": lambda r: python[r + 1].encode_batch(slices[r + 1], num_workers=1),
         "HF again": lambda r: hf("again", key, r),
     }
-    return per_mb(interleave(cases, repeats), [megabytes(s) for s in slices[1:]])
+    return per_mb(interleave(cases, repeats, settle=gc.collect), [megabytes(s) for s in slices[1:]])
+
+
+_CEILING_ENCODE = None  # the raw library's encode_ordinary, set before the ceiling's processes fork
+
+
+def _encode_part(texts: list[str]) -> None:
+    for text in texts:
+        _CEILING_ENCODE(text)
+
+
+def balanced(texts: list[str], parts: int, pattern: str) -> list[list[str]]:
+    """``texts`` cut at safe points and dealt into ``parts`` lists of about equal size, largest first."""
+    pieces = sorted((p for t in texts for p in safe_chunks(t, 1 << 16, pattern)), key=len, reverse=True)
+    out: list[list[str]] = [[] for _ in range(parts)]
+    sizes = [0] * parts
+    for piece in pieces:
+        smallest = sizes.index(min(sizes))
+        out[smallest].append(piece)
+        sizes[smallest] += len(piece)
+    return out
 
 
 def encode_parallel(files: BPEFiles, enc, hf: HFWorker, key: str, slices: list[list[str]], repeats: int) -> dict:
-    """All cores, first pass: tokformer's process pool (started before timing) vs tiktoken's and HF's threads."""
+    """All cores, first pass: tokformer's threads (pool started before timing) against its own one thread,
+    tiktoken's threads and HF's."""
     n = cores()
     ours = [fresh_copy(files) for _ in slices]
+    alone = [fresh_copy(files) for _ in slices]
     for tok in ours:
-        tok.encode_batch([""], num_workers=n)  # start the pool: forks with the empty cache
+        tok.encode_batch(["", ""], num_workers=n)  # start the pool
+    packed = [[array("I", ids) for ids in alone[0].encode_batch(docs, num_workers=1)] for docs in slices]
     hf("prepare", key)
     cases = {
         "tokformer": lambda r: ours[r + 1].encode_batch(slices[r + 1], num_workers=n),
+        "tokformer 1": lambda r: alone[r + 1].encode_batch(slices[r + 1], num_workers=1),
         "tiktoken": lambda r: enc.encode_ordinary_batch(slices[r + 1], num_threads=n),
         "HF": lambda r: hf("encode", key, r),
+        "lists": lambda r: [ids.tolist() for ids in packed[r + 1]],  # what must hold the GIL: the ids as Python ints
     }
+    global _CEILING_ENCODE
+    _CEILING_ENCODE = ours[0]._compiled.encode_ordinary
+    parts = [balanced(docs, n, files.pattern) for docs in slices]
+    pool = multiprocessing.get_context("fork").Pool(n)  # the library alone on n processes: no GIL, no lists
+    cases["ceiling"] = lambda r: pool.map(_encode_part, parts[r + 1], chunksize=1)
+    cases["ceiling 1"] = lambda r: pool.map(_encode_part, [[p for part in parts[r + 1] for p in part]], chunksize=1)
     try:
-        return per_mb(interleave(cases, repeats), [megabytes(s) for s in slices[1:]])
+        return per_mb(interleave(cases, repeats, settle=gc.collect), [megabytes(s) for s in slices[1:]])
     finally:
+        pool.close()
+        pool.join()
         for tok in ours:
             tok.close()
 
@@ -268,66 +342,60 @@ def median_ratio(ours: Timing, other: Timing) -> float:
     return other.median / ours.median
 
 
-def encode_rows(label: str, t: dict[str, Timing], goals: dict[str, float], parallel: bool) -> list[list[str]]:
-    """Table rows of one corpus and form: first pass, then (one thread only) the second pass."""
-    goal_cells = [target_cell(median_ratio(t["tokformer"], t[tool]), g) for tool, g in goals.items()]
-    rows = [
-        [f"{label}, first pass", t["tokformer"].rate_cell(1), t["tiktoken"].rate_cell(1), t["HF"].rate_cell(1),
-         ratio_cell(t["tokformer"], t["tiktoken"]), ratio_cell(t["tokformer"], t["HF"]), "; ".join(goal_cells)],
-    ]  # fmt: skip
-    if not parallel:
-        rows.append(
-            [f"{label}, second pass (warm caches)", t["tokformer again"].rate_cell(1), "(as first pass)",
-             t["HF again"].rate_cell(1), ratio_cell(t["tokformer again"], t["tiktoken"]),
-             ratio_cell(t["tokformer again"], t["HF again"]), "secondary"]
-        )  # fmt: skip
-    return rows
+def single_rows(label: str, t: dict[str, Timing], others: list[str]) -> tuple[list[str], list[str]]:
+    """A corpus and form at one thread: the row against the anchors (with its target), and the row that
+    compares the exact candidates with tiktoken (> 1: faster than tiktoken)."""
+    ours = t["tokformer"]
+    goal = ("HF", 2.0) if label.endswith("lines") else ("tiktoken", 1.0)
+    row = [f"{label}, first pass", ours.rate_cell(1), t["tokformer python"].rate_cell(1), t["tiktoken"].rate_cell(1),
+           t["HF"].rate_cell(1), ratio_cell(ours, t["tiktoken"]), ratio_cell(ours, t["HF"]),
+           target_cell(median_ratio(ours, t[goal[0]]), goal[1]) + f" ({goal[0]})"]  # fmt: skip
+    candidates = [label, *(ratio_cell(t[name], t["tiktoken"]) for name in
+                           ["tokformer", *others, "tokformer python", "tokformer python again", "HF"])]
+    return row, candidates
 
 
-def profile(files: BPEFiles, docs_by_round: list[list[str]], repeats: int) -> str:
-    """Where a tokformer encode spends its time: each stage timed alone on the same slices.
+def parallel_row(label: str, t: dict[str, Timing]) -> list[str]:
+    """The row of one corpus and form on all cores, with the share of one thread's time spent making the Python
+    lists of ids (which holds the GIL) and the speedup that share allows (Amdahl)."""
+    n = cores()
+    share = t["lists"].median / t["tokformer 1"].median
+    return [f"{label}, first pass", t["tokformer"].rate_cell(1), t["tokformer 1"].rate_cell(1),
+            t["tiktoken"].rate_cell(1), t["HF"].rate_cell(1), ratio_cell(t["tokformer"], t["tokformer 1"]),
+            f"{100 * share:.0f}% / {1 / (share + (1 - share) / n):.2f}x", ratio_cell(t["ceiling"], t["ceiling 1"]),
+            ratio_cell(t["tokformer"], t["tiktoken"]),
+            target_cell(median_ratio(t["tokformer"], t["tokformer 1"]), 1.8) + f" ({n} cores vs 1)"]  # fmt: skip
 
-    The chunk regex is the scan every call pays; the cache lookups are a warm encode
-    minus that scan; a first pass adds the misses: splitting each new chunk into GPT-2
-    pieces, and the merge loop over each new piece (timed alone, on the round's distinct
-    pieces). The piece-level GPT-2 regex is what the scan cost before chunking.
-    """
-    cold = [fresh_copy(files) for _ in docs_by_round]
-    probe = fresh_copy(files)
-    distinct = []
-    for docs in docs_by_round:
-        chunks = {c for d in docs for c in probe._chunk(d)}
-        distinct.append(sorted({p for c in chunks for p in probe._split(c)}))
-    warm = fresh_copy(files)
-    for docs in docs_by_round:
-        warm.encode_batch(docs, num_workers=1)
-    cases = {
-        "first-pass encode": lambda r: cold[r + 1].encode_batch(docs_by_round[r + 1], num_workers=1),
-        "second-pass encode": lambda r: warm.encode_batch(docs_by_round[r + 1], num_workers=1),
-        "chunk regex (scan)": lambda r: [probe._chunk(d) for d in docs_by_round[r + 1]],
-        "merge loop over the distinct pieces": lambda r: [probe._encode_piece(p, p) for p in distinct[r + 1]],
-        "GPT-2 piece regex (before chunking)": lambda r: [probe._split(d) for d in docs_by_round[r + 1]],
-    }
-    t = per_mb(interleave(cases, repeats), [megabytes(s) for s in docs_by_round[1:]])
-    first, second, scan = t["first-pass encode"].median, t["second-pass encode"].median, t["chunk regex (scan)"].median
-    merge = t["merge loop over the distinct pieces"].median
-    stages = [
-        ("chunk regex (scan)", scan),
-        ("cache lookups (second pass - scan)", second - scan),
-        ("merge loop over the distinct pieces", merge),
-        ("chunk -> pieces split and bookkeeping of misses (rest)", first - second - merge),
-    ]
-    rows = [[name, f"{1e3 * s:.0f}", f"{100 * s / first:.0f}%", f"{100 * s / second:.0f}%" if i < 2 else "-"]
-            for i, (name, s) in enumerate(stages)]  # fmt: skip
-    rows += [[name, f"{1e3 * t[name].median:.0f}", "-", "-"] for name in ("first-pass encode", "second-pass encode")]
-    rows.append(["GPT-2 piece regex (before chunking)", f"{1e3 * t['GPT-2 piece regex (before chunking)'].median:.0f}",
-                 "-", "-"])  # fmt: skip
-    distinct_per_mb = sum(map(len, distinct[1:])) / sum(megabytes(s) for s in docs_by_round[1:])
-    return "\n".join([
-        f"Profile (English documents, 1 thread; {distinct_per_mb:.0f} distinct pieces per MB of a first pass):",
-        "",
-        markdown_table(["stage", "ms per MB", "share of first pass", "share of second pass"], rows),
-    ])  # fmt: skip
+
+def prepare_rows(tok: BPETokenizer, docs: list[str], megabytes_wanted: float, repeats: int, tmp: Path) -> str:
+    """``tokformer data prepare lm`` on all cores against one core, on a folder of ``megabytes_wanted`` MB of
+    documents, and on a folder of one short file (what the command costs besides encoding: loading and
+    checking the tokenizer, starting processes, writing the folder)."""
+    n = cores()
+    saved = tok.save(tmp / "prepare-tokenizer")
+    folder, tiny = tmp / "prepare", tmp / "prepare-tiny"
+    folder.mkdir()
+    tiny.mkdir()
+    (tiny / "one.txt").write_text("one short document\n", encoding="utf-8")
+    size, count = 0.0, 0
+    while size < megabytes_wanted:
+        doc = docs[count % len(docs)]
+        (folder / f"{count:06d}.txt").write_text(doc, encoding="utf-8")
+        size, count = size + megabytes([doc]), count + 1
+
+    def prepare(source: Path, workers: int) -> None:
+        prepare_lm(str(source), tmp / f"shards-{workers}", tokenizer=saved, workers=workers, overwrite=True,
+                   show_progress=False)
+
+    cases = {"n": lambda r: prepare(folder, n), "1": lambda r: prepare(folder, 1),
+             "fixed n": lambda r: prepare(tiny, n), "fixed 1": lambda r: prepare(tiny, 1)}
+    t = interleave(cases, repeats, settle=gc.collect)
+    encode_n, encode_1 = t["n"].median - t["fixed n"].median, t["1"].median - t["fixed 1"].median
+    row = [f"{size:.1f} MB in {count} files", t["n"].rate_cell(size), t["1"].rate_cell(size),
+           ratio_cell(t["n"], t["1"]), f"{t['fixed n'].median:.2f} s / {t['fixed 1'].median:.2f} s",
+           f"{encode_1 / encode_n:.2f}x", target_cell(median_ratio(t["n"], t["1"]), 1.8)]  # fmt: skip
+    return markdown_table(["`data prepare lm`", f"{n} cores MB/s", "1 core MB/s", "speedup",
+                           f"one short file, {n} cores / 1", "speedup less that cost (medians)", "target"], [row])
 
 
 # ----------------------------------------------------------------------------- training
@@ -396,11 +464,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--train-rows-mb", type=float, default=1.0, help="text of the training rows")
     parser.add_argument("--naive-mb", type=float, default=0.03, help="text of the naive-recount row")
     parser.add_argument("--naive-vocab-size", type=int, default=400)
+    parser.add_argument("--prepare-mb", type=float, default=24.0, help="text of the `data prepare lm` rows")
     parser.add_argument("--quick", action="store_true", help="a smoke run: small text and vocabularies")
     args = parser.parse_args()
     if args.quick:
         args.size_mb, args.vocab_size, args.train_mb = 0.6, 2000, 0.3
         args.train_vocab_size, args.train_rows_mb, args.naive_mb, args.naive_vocab_size = 1000, 0.1, 0.01, 300
+        args.prepare_mb = 2.0
     return args
 
 
@@ -436,23 +506,43 @@ def train_vocabulary(found: dict[str, Corpus], args: argparse.Namespace) -> tupl
     )
 
 
-def encoding_tables(
-    tok: BPETokenizer, hf: dict[int, HFWorker], slices: dict[str, list[list[str]]], repeats: int, tmp: Path
-) -> tuple[list[list[str]], list[list[str]]]:
+def encoding_tables(tok: BPETokenizer, hf: dict[int, HFWorker], slices: dict[str, list[list[str]]], repeats: int,
+                    tmp: Path) -> tuple[dict[str, str], list[str]]:
     """Check ids on every measured slice, then time each corpus and form at one thread and at all cores."""
     enc = tiktoken_encoding(tok)
+    others = other_libraries(tok, tmp / "tokenizer.json")
+    notes = [note for key, data in slices.items() for note in check_ids(tok, enc, others, hf[1], key, data, tmp)]
+    print("ids equal across tokformer's two encoders and HF on every measured document", *notes, sep="\n", flush=True)
+    single, candidates, parallel = [], [], []
     for key, data in slices.items():
-        check_ids(tok, enc, hf[1], key, data, tmp)
-    print("ids equal across tokformer, tiktoken and HF on every measured document", flush=True)
-    single, parallel = [], []
-    for key, data in slices.items():
-        goals = {"HF": 2.0} if key.endswith("lines") else {"tiktoken": 1.0}
-        single += encode_rows(key, encode_single(tok.files(), enc, hf[1], key, data, repeats), goals, False)
+        timings = encode_single(tok.files(), enc, others, hf[1], key, data, repeats)
+        row, compared = single_rows(key, timings, list(others))
+        single.append(row)
+        candidates.append(compared)
         if cores() > 1:
-            t = encode_parallel(tok.files(), enc, hf[cores()], key, data, repeats)
-            parallel += encode_rows(key, t, {"tiktoken": 1.0}, True)
+            parallel.append(parallel_row(key, encode_parallel(tok.files(), enc, hf[cores()], key, data, repeats)))
         print(f"{key}: done", flush=True)
-    return single, parallel
+    n = cores()
+    head = ["corpus, form", f"tokformer ({tok.backend}) MB/s", "tokformer Python MB/s", "tiktoken MB/s", "HF MB/s",
+            "vs tiktoken", "vs HF", "target"]
+    tables = {
+        f"Encoding, 1 thread, first pass (tokformer `encode_batch(num_workers=1)` on its default backend, "
+        f"{tok.backend}; tiktoken `encode_ordinary`; HF `encode_batch` with RAYON_NUM_THREADS=1)":
+            markdown_table(head, single),
+        "The exact candidates against tiktoken, 1 thread (tiktoken's time / theirs: > 1 is faster than tiktoken)":
+            markdown_table(["corpus, form", "tokformer", *others, "tokformer Python, first pass",
+                            "tokformer Python, second pass (warm cache)", "HF"], candidates),
+        f"Encoding, all {n} cores, first pass (tokformer `encode_batch(num_workers={n})` on threads, tiktoken "
+        f"`encode_ordinary_batch(num_threads={n})`, HF `encode_batch` on {n} Rayon threads)": (
+            markdown_table(["corpus, form", f"tokformer {n} MB/s", "tokformer 1 MB/s", "tiktoken MB/s", "HF MB/s",
+                            f"tokformer {n} vs 1", "making the lists of ids: share of 1 thread / bound",
+                            f"its compiled encoder alone, {n} processes vs 1 (balanced parts)", "vs tiktoken",
+                            "target"],
+                           parallel)
+            if parallel else "(one core: no parallel rows)"
+        ),
+    }
+    return tables, notes
 
 
 def render(machine: Machine, notes: list[str], sections: dict[str, str]) -> str:
@@ -482,29 +572,21 @@ def main() -> None:
         tmp = Path(tmp_name)
         tok.save_hf_json(tmp / "tokenizer.json")
         with hf_workers(tmp / "tokenizer.json", {**slices, "train": [train]}, tmp) as hf:
-            single, parallel = encoding_tables(tok, hf, slices, args.repeats, tmp)
-            english = slices.get("English documents") or next(iter(slices.values()))
-            profile_text = profile(tok.files(), english, args.repeats)
-            training = training_rows(train, take(train, args.naive_mb), args, hf)
-    header = ["corpus, form, pass", "tokformer MB/s", "tiktoken MB/s", "HF MB/s", "vs tiktoken", "vs HF", "target"]
+            sections, differ = encoding_tables(tok, hf, slices, args.repeats, tmp)
+            if cores() > 1:
+                every_doc = [doc for c in found.values() for docs in c.slices for doc in docs]
+                sections["`tokformer data prepare lm`, all cores against one (the same files every round: the "
+                         "compiled encoder keeps no cache and each run loads the tokenizer afresh)"] = prepare_rows(
+                    tok, every_doc, args.prepare_mb, args.repeats, tmp)
+            sections["Training"] = training_rows(train, take(train, args.naive_mb), args, hf)
     sizes = ", ".join(f"{key}: {sum(map(megabytes, data[1:])):.2f} MB" for key, data in slices.items())
     notes += [
         f"measured text over {args.repeats} rounds (each round its own slice, never seen before): {sizes}",
-        "ids checked equal across the three tools on every measured document before timing",
+        "ids checked equal between tokformer (both encoders) and HF on every measured document before timing; "
+        + ("; ".join(differ) if differ else "tiktoken's and the other libraries' too"),
         "MB/s = UTF-8 MB / s, median (min-max) over the rounds; ratios = other's time / tokformer's (> 1: ours "
         "faster), median (min-max of per-round ratios)",
     ]
-    n = cores()
-    sections = {
-        "Encoding, 1 thread (tokformer `encode_batch(num_workers=1)`, tiktoken `encode_ordinary`, HF `encode_batch` "
-        "with RAYON_NUM_THREADS=1)": markdown_table(header, single),
-        f"Encoding, all {n} cores, first pass (tokformer `encode_batch(num_workers={n})`, tiktoken "
-        f"`encode_ordinary_batch(num_threads={n})`, HF `encode_batch` on {n} Rayon threads)": (
-            markdown_table(header, parallel) if parallel else "(one core: no parallel rows)"
-        ),
-        "Where tokformer's encoder spends its time": profile_text,
-        "Training": training,
-    }
     write_results("bpe.md", render(machine, notes, sections))
 
 

@@ -77,11 +77,14 @@ def interleave(
     *,
     warmup: bool = True,
     sync: Callable[[], None] = lambda: None,
+    settle: Callable[[], None] = lambda: None,
 ) -> dict[str, Timing]:
     """Time ``case(round)`` for every case, round after round; ``warmup`` runs round -1 untimed first.
 
     A case that must not see warm data uses its round number to pick data it has not
-    seen (round -1 is the warm-up's own). ``sync`` waits for queued device work (CUDA).
+    seen (round -1 is the warm-up's own). ``sync`` waits for queued device work (CUDA); ``settle``
+    runs untimed before each case (``gc.collect``: a case that makes millions of objects should not
+    leave the one after it to pay for their collection).
     """
     if repeats < MIN_REPEATS:
         raise ValueError(f"at least {MIN_REPEATS} repeats, got {repeats}")
@@ -92,6 +95,7 @@ def interleave(
     seconds: dict[str, list[float]] = {name: [] for name in cases}
     for round_ in range(repeats):
         for name, case in cases.items():
+            settle()
             sync()
             start = time.perf_counter()
             case(round_)

@@ -84,7 +84,7 @@ def _m(files: str, tests: str, functions: str = "", why: str = "") -> Module:
 
 
 _BPE_TESTS = ("tests/test_bpe.py tests/test_bpe_fast_path.py tests/test_bpe_parity.py tests/test_bpe_pretokenize.py "
-              "tests/test_mutation_bpe*.py")
+              "tests/test_bpe_backend.py tests/test_mutation_bpe*.py")
 
 MODULES: dict[str, Module] = {
     "masks": _m("tokformer/masks.py", "tests/test_masks.py tests/test_attention.py tests/test_attn_bias.py "
@@ -119,6 +119,7 @@ MODULES: dict[str, Module] = {
                     "x_unigram_perplexity xǁ*ǁbaselines",
                     why="every task's `baselines` and the functions that compute them"),
     **{f"bpe{part}": _m(f"tokenizers/bpe{part}.py", _BPE_TESTS) for part in ("_merge", "_train", "", "_files")},
+    "bpe_backend": _m("tokenizers/bpe_backend.py", "tests/test_bpe_backend.py"),
     "hf": _m("tokformer/interop/hf.py", "tests/test_hf_interop.py tests/test_mutation_hf*.py"),
     "vqa_answers": _m("tasks/vqa.py", "tests/test_vqa_task.py tests/test_mutation_vqa*.py",
                       "xǁQuestionOnlyǁ* xǁVQATaskǁbaselines xǁVQATaskǁ_never_answered xǁVQATaskǁstep",

@@ -302,6 +302,8 @@ def _encoded(paths: list[Path], tokenizer: BPETokenizer, workers: int,
             yield _encode_file(path)
         return
     # fork shares the trained tokenizer without pickling it; elsewhere it is pickled to each worker once.
+    # Its encoder is chosen here, once, so that forked workers share the choice instead of each checking.
+    log.debug("encoding with the %s BPE backend on %d processes", tokenizer.backend, workers)
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(tokenizer,))
     try:

@@ -35,7 +35,7 @@ def train_hf(texts: list[str], vocab_size: int, pattern: str, min_frequency: int
     else:
         tokenizer.pre_tokenizer = pre.Sequence(
             [
-                pre.Split(hf.Regex(PATTERNS[pattern]), behavior="isolated"),
+                pre.Split(hf.Regex(PATTERNS.get(pattern, pattern)), behavior="isolated"),  # a name or a regex
                 pre.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         )

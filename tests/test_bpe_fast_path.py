@@ -39,18 +39,18 @@ GPT2 = PATTERNS["gpt2"]
 
 @pytest.fixture(scope="module")
 def tok() -> BPETokenizer:
-    return BPETokenizer.train(CORPUS, 500, special_tokens=["<|endoftext|>"])
+    return BPETokenizer.train(CORPUS, 500, special_tokens=["<|endoftext|>"], backend="python")
 
 
 def piece_level(tok: BPETokenizer) -> BPETokenizer:
     """A fresh copy of ``tok`` that caches pre-tokens, as the encoder did before chunking."""
-    copy = BPETokenizer(tok.vocab, tok.merges, special_tokens=tok.special_tokens, pattern=tok.pattern)
+    copy = BPETokenizer(tok.vocab, tok.merges, special_tokens=tok.special_tokens, pattern=tok.pattern, backend="python")
     copy._chunk = copy._split
     return copy
 
 
 def fresh(tok: BPETokenizer) -> BPETokenizer:
-    return BPETokenizer(tok.vocab, tok.merges, special_tokens=tok.special_tokens, pattern=tok.pattern)
+    return BPETokenizer(tok.vocab, tok.merges, special_tokens=tok.special_tokens, pattern=tok.pattern, backend="python")
 
 
 def random_unicode(seed: int, length: int) -> str:

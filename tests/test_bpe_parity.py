@@ -43,13 +43,14 @@ def test_trained_merges_and_vocab_equal_hf(corpus, pattern, vocab_size, min_freq
     assert our_vocab == reference.get_vocab()
 
 
+@pytest.mark.parametrize("backend", ["python", "auto"])  # the reference encoder, and the compiled one auto picks
 @pytest.mark.parametrize("pattern", ["gpt2", "cl100k"])
-def test_ids_equal_hf_on_the_same_tokenizer_json(corpus, tmp_path, pattern):
-    ours = BPETokenizer.train(corpus, 1500, pattern=pattern, special_tokens=["<|endoftext|>"])
+def test_ids_equal_hf_on_the_same_tokenizer_json(corpus, tmp_path, pattern, backend):
+    ours = BPETokenizer.train(corpus, 1500, pattern=pattern, special_tokens=["<|endoftext|>"], backend=backend)
     path = tmp_path / "tokenizer.json"
     ours.save_hf_json(path)
     reference = hf.Tokenizer.from_file(str(path))
-    loaded = BPETokenizer.from_hf_json(path)
+    loaded = BPETokenizer.from_hf_json(path, backend=backend)
     for text in [MULTILINGUAL, MULTILINGUAL * 3, "a" * 3000, " " * 50 + "\n" * 7 + "x", ""]:
         expected = reference.encode(text, add_special_tokens=False).ids
         assert ours.encode(text) == expected
@@ -59,12 +60,13 @@ def test_ids_equal_hf_on_the_same_tokenizer_json(corpus, tmp_path, pattern):
     assert ours.encode(text, allowed_special="all") == reference.encode(text, add_special_tokens=False).ids
 
 
-def test_loads_a_tokenizer_json_written_by_hf(corpus, tmp_path):
+@pytest.mark.parametrize("backend", ["python", "auto"])
+def test_loads_a_tokenizer_json_written_by_hf(corpus, tmp_path, backend):
     reference = train_hf(corpus, 1000, "gpt2", 0, ["<s>"])
     reference.decoder = hf.decoders.ByteLevel()
     path = tmp_path / "tokenizer.json"
     reference.save(str(path))
-    ours = BPETokenizer.from_hf_json(path)
+    ours = BPETokenizer.from_hf_json(path, backend=backend)
     ids = ours.encode(MULTILINGUAL)
     assert ids == reference.encode(MULTILINGUAL, add_special_tokens=False).ids
     assert ours.decode(ids) == reference.decode(ids) == MULTILINGUAL

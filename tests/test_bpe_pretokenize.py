@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokformer.tokenizers import BPETokenizer
-from tokformer.tokenizers.pretokenize import PATTERNS, PatternError, pretokenizer, resolve_pattern, safe_chunks
+from tokformer.tokenizers.pretokenize import (
+    PATTERNS,
+    PatternError,
+    gpt2_safe_cut,
+    pretokenizer,
+    resolve_pattern,
+    safe_chunks,
+    safe_cut,
+)
 
 # Text rich in the characters where patterns disagree: newlines, spaces, tabs, digits, quotes.
 TRICKY = st.lists(st.sampled_from([*"ab1 \n\t\r'.!é世🙂", "'s", "'ll", "\n\n"]), max_size=150).map("".join)
@@ -20,9 +28,37 @@ TRICKY = st.lists(st.sampled_from([*"ab1 \n\t\r'.!é世🙂", "'s", "'ll", "\n\n
 @pytest.mark.parametrize("name", ["gpt2", "cl100k"])
 def test_safe_chunks_give_the_same_pieces(name, text, size):
     split = pretokenizer(PATTERNS[name])
-    chunks = safe_chunks(text, size)
-    assert "".join(chunks) == text
-    assert [piece for chunk in chunks for piece in split(chunk)] == split(text)
+    for chunks in (safe_chunks(text, size), safe_chunks(text, size, PATTERNS[name])):  # GPT-2's may cut more
+        assert "".join(chunks) == text
+        assert [piece for chunk in chunks for piece in split(chunk)] == split(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(st.sampled_from([*"ab \n\t\r\x1c\x1f\x85\u00a0\u3000é", "\n\n"]), max_size=60).map("".join))
+def test_a_safe_cut_is_where_the_lookbehind_regex_finds_it(text):
+    """The specification of a safe cut, ``(?<=\\S\\n)(?=\\S)`` under ``regex``, against the walk from newline to
+    newline that replaced it (which must also take \\x1c-\\x1f, spaces to ``str`` and not to ``regex``, as text)."""
+    import regex
+
+    spec = regex.compile(r"(?<=\S\n)(?=\S)")
+    for position in range(len(text) + 2):
+        found = spec.search(text, position)
+        assert safe_cut(text, position) == (found.start() if found else -1), (text, position)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(st.sampled_from([*"ab \n\t\r\x1c\x1f\x85\u00a0'.1é", "'s", "\n\n"]), max_size=60).map("".join))
+def test_a_gpt2_cut_is_before_each_newline_after_a_non_space_and_keeps_the_pieces(text):
+    import regex
+
+    spec = regex.compile(r"(?<=\S)(?=\n)")
+    split = pretokenizer(PATTERNS["gpt2"])
+    for position in range(len(text) + 2):
+        found = spec.search(text, position)
+        cut = gpt2_safe_cut(text, position)
+        assert cut == (found.start() if found else -1), (text, position)
+        if cut > 0:
+            assert split(text[:cut]) + split(text[cut:]) == split(text), (text, cut)
 
 
 def test_gpt2_pattern_pieces():

@@ -23,13 +23,15 @@ BYTES = {bytes([b]): b for b in range(256)}
 
 
 def trained(**options) -> BPETokenizer:
-    """A small tokenizer: 60 merges over CORPUS, specials from ``options``."""
+    """A small tokenizer: 60 merges over CORPUS, specials from ``options``; the Python encoder, which this module
+    guards (tests/test_bpe_backend.py compares the compiled ones with it)."""
+    options.setdefault("backend", "python")
     return BPETokenizer.train(CORPUS, 256 + 60 + len(options.get("special_tokens", ())), **options)
 
 
 def without_merges(**options) -> BPETokenizer:
     """The 256 bytes plus "ab" (id 256), which no merge builds."""
-    return BPETokenizer(BYTES | {b"ab": 256}, [], **options)
+    return BPETokenizer(BYTES | {b"ab": 256}, [], backend="python", **options)
 
 
 # ----------------------------------------------------------------- construction
@@ -217,7 +219,7 @@ def test_asked_for_workers_encode_on_a_pool_of_that_size_with_the_same_ids(
             ids = tokenizer.encode_batch(texts, allowed_special="all", num_workers=workers)
             expected = [tokenizer.encode(t, allowed_special="all") for t in texts]
         assert ids == expected
-        assert tokenizer._executor is not None and tokenizer._executor[0] == workers
+        assert tokenizer._executor is not None and tokenizer._executor[0] == (workers, False)  # processes
         assert tokenizer._executor[1]._max_workers == workers
     finally:
         tokenizer.close()

@@ -1,10 +1,11 @@
 """Byte-level BPE text tokenizer (GPT-2 family), registered as ``"bpe"``.
 
 Encoding cuts text into pre-tokens with a regex, turns each pre-token's UTF-8 bytes into
-byte tokens and applies the ranked merges (:mod:`.bpe_merge`). Text is mostly repeats of
-a few thousand pre-tokens, so each pre-token's ids are cached: on real text nearly every
-piece is one dict lookup, which is what makes this Python encoder fast. Large inputs are
-split at safe boundaries and encoded on several processes.
+byte tokens and applies the ranked merges (:mod:`.bpe_merge`). A compiled library runs those
+steps where it gives the same ids (:mod:`.bpe_backend`; ``tokenizer.backend`` names the one
+that runs), on threads for a batch. The pure-Python encoder is the reference and the fallback:
+text is mostly repeats of a few thousand pre-tokens, so it caches each pre-token's ids, and
+splits large inputs at safe boundaries to encode them on several processes.
 
 Lone surrogates (``"\\ud800"``) have no UTF-8 encoding, so :meth:`BPETokenizer.encode`
 raises :class:`SurrogateError` naming the index of the first one; encode
@@ -19,7 +20,7 @@ import multiprocessing
 import weakref
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +32,7 @@ from tokformer import machine
 from tokformer.batch import TokenBatch
 from tokformer.embedding import Embedder
 from tokformer.positional import LearnedPositions
+from tokformer.tokenizers import bpe_backend
 from tokformer.tokenizers.base import Tokenizer, TokenizerError, pad_ids
 from tokformer.tokenizers.bpe_files import BPEFiles, read_hf_json, read_vocab_merges, write_hf_json, write_vocab_merges
 from tokformer.tokenizers.bpe_merge import Ranks, merge_piece
@@ -42,6 +44,8 @@ HF_FILE = "tokenizer.json"
 CACHE_LIMIT = 500_000  # cached pre-tokens before the cache is cleared
 CACHED_PIECE_LEN = 256  # longer pieces are rare and not worth keeping
 PARALLEL_MIN_CHARS = 1_000_000  # below this, starting processes costs more than it saves
+THREAD_CHUNK_CHARS = 1 << 16  # a batch on threads cuts longer texts into pieces about this long
+SMALL_TEXTS_PER_WORKER = 256  # more texts than this per worker go to the library's own batch call
 
 AllowedSpecial = Collection[str] | Literal["all"]
 
@@ -64,6 +68,9 @@ class BPETokenizer(Tokenizer):
         max_length: longest sequence the embedder's learned positions support.
         pad_token: special token used for padding in :meth:`batch` (id 0 if None; padding
             is masked out either way).
+        backend: who encodes: ``"auto"`` (the first compiled library that gives exactly the
+            Python encoder's ids, else Python), ``"python"``, or a library by name
+            (``"riptoken"``, ``"tiktoken"``; an error if it cannot). See :mod:`.bpe_backend`.
     """
 
     def __init__(
@@ -76,6 +83,7 @@ class BPETokenizer(Tokenizer):
         ignore_merges: bool = False,
         max_length: int = 1024,
         pad_token: str | None = None,
+        backend: str = bpe_backend.AUTO,
     ) -> None:
         self.vocab = dict(vocab)
         self.merges = list(merges)
@@ -110,8 +118,12 @@ class BPETokenizer(Tokenizer):
         self._chunk = chunker(self.pattern)
         self._cache: dict[str, tuple[int, ...]] = {}
         self._specials_compiled: dict[frozenset[str], regex.Pattern[str]] = {}
-        self._executor: tuple[int, ProcessPoolExecutor] | None = None
+        self._executor: tuple[tuple[int, bool], Executor] | None = None  # (workers, threads?), pool
         self._finalizer: weakref.finalize | None = None
+        self._backend_choice = bpe_backend.AUTO
+        self._compiled: bpe_backend.CompiledEncoder | None = None
+        self._resolved = False  # the backend is chosen at the first encode: its checks cost a pass over the vocabulary
+        self.use_backend(backend)
 
     # ----------------------------------------------------------------- construction
 
@@ -211,6 +223,26 @@ class BPETokenizer(Tokenizer):
     # ----------------------------------------------------------------- properties
 
     @property
+    def backend(self) -> str:
+        """The encoder that runs: ``"python"`` or the compiled library's name."""
+        compiled = self._compiled_encoder()
+        return bpe_backend.PYTHON if compiled is None else compiled.name
+
+    def use_backend(self, backend: str) -> None:
+        """Encode with ``backend`` from now on (a choice of the constructor's ``backend``), e.g. on a loaded
+        tokenizer; a library that cannot encode this tokenizer exactly is refused at the next encode."""
+        bpe_backend.checked_choice(backend)
+        self.close()  # a pool of the other kind (threads or processes) would outlive the choice
+        self._backend_choice, self._compiled, self._resolved = backend, None, False
+
+    def _compiled_encoder(self) -> bpe_backend.CompiledEncoder | None:
+        if not self._resolved:
+            vocabulary = bpe_backend.Vocabulary(self.vocab, self.merges, self._ranks, self._byte_ids, self.pattern)
+            self._compiled = bpe_backend.select(self._backend_choice, vocabulary)
+            self._resolved = True
+        return self._compiled
+
+    @property
     def vocab_size(self) -> int:
         """One more than the largest id (ids need not be contiguous in loaded files)."""
         return self._vocab_size
@@ -234,7 +266,7 @@ class BPETokenizer(Tokenizer):
         """
         workers = _resolve_workers(num_workers, len(text))
         if workers > 1 and self._can_cut(allowed_special):
-            chunks = safe_chunks(text, max(len(text) // (workers * 4), 1))
+            chunks = safe_chunks(text, max(len(text) // (workers * 4), 1), self.pattern)
             try:
                 return list(chain.from_iterable(self._encode_parallel(chunks, allowed_special, workers)))
             except SurrogateError:
@@ -259,7 +291,7 @@ class BPETokenizer(Tokenizer):
         The chunks' ids concatenate to :meth:`encode`'s. Text that cannot be cut safely
         (see :meth:`_can_cut`) is encoded as a single chunk.
         """
-        chunks = safe_chunks(text, chunk_chars) if self._can_cut(allowed_special) else [text]
+        chunks = safe_chunks(text, chunk_chars, self.pattern) if self._can_cut(allowed_special) else [text]
         special = self._special_regex(allowed_special)
         for chunk in chunks:
             try:
@@ -324,7 +356,17 @@ class BPETokenizer(Tokenizer):
         return ids
 
     def _encode_ordinary(self, text: str) -> list[int]:
-        """Encode text with no special tokens: cached units (see :func:`~.pretokenize.chunker`), misses in one pass."""
+        """Encode text with no special tokens, on the compiled backend if there is one."""
+        compiled = self._compiled if self._resolved else self._compiled_encoder()
+        if compiled is None:
+            return self._encode_in_python(text)
+        try:
+            return compiled.encode_ordinary(text)
+        except UnicodeEncodeError:  # a lone surrogate (the libraries take UTF-8 only)
+            raise _surrogate_error(text) from None
+
+    def _encode_in_python(self, text: str) -> list[int]:
+        """The reference encoder: cached units (see :func:`~.pretokenize.chunker`), misses in one pass."""
         units = self._chunk(text)
         cache = self._cache
         try:
@@ -381,24 +423,66 @@ class BPETokenizer(Tokenizer):
         )
 
     def _encode_parallel(self, texts: list[str], allowed_special: AllowedSpecial, workers: int) -> list[list[int]]:
-        """Encode on ``workers`` processes; each returns its ids as a packed array (cheap to send back).
+        """Encode on ``workers`` threads (a compiled backend, which lets go of the GIL) or processes.
 
-        The pool lives as long as the tokenizer, so its workers keep their pre-token
-        caches from one call to the next (a data loader calls this once per batch).
+        Processes return their ids as a packed array (cheap to send back). The pool lives as
+        long as the tokenizer, so the Python encoder's workers keep their pre-token caches
+        from one call to the next (a data loader calls this once per batch).
         """
         special = self._special_regex(allowed_special)
+        compiled = self._compiled_encoder()
+        if compiled is not None:
+            return self._encode_on_threads(compiled, texts, allowed_special, special, workers)
         chunksize = max(1, len(texts) // (workers * 8))
         tasks = ((text, special) for text in texts)
         packed = list(self._pool(workers).map(_encode_in_worker, tasks, chunksize=chunksize))
         return [array("I", blob).tolist() for blob in packed]
 
-    def _pool(self, workers: int) -> ProcessPoolExecutor:
-        if self._executor is None or self._executor[0] != workers:
+    def _encode_on_threads(self, compiled: bpe_backend.CompiledEncoder, texts: list[str],
+                           allowed_special: AllowedSpecial, special: regex.Pattern[str] | None,
+                           workers: int) -> list[list[int]]:
+        """A compiled backend on all ``workers``: long texts cut where the ids cannot change (so that one long
+        document does not leave a core idle), then groups of pieces on a thread pool, or, for many short
+        texts, the library's own batch call on all cores (which gives up the GIL once, not once a line)."""
+        cut = self._can_cut(allowed_special)
+        pieces: list[str] = []
+        counts = []
+        for text in texts:
+            long = cut and len(text) > THREAD_CHUNK_CHARS
+            parts = safe_chunks(text, THREAD_CHUNK_CHARS, self.pattern) if long else [text]
+            pieces += parts
+            counts.append(len(parts))
+        try:
+            many_small = len(pieces) > workers * SMALL_TEXTS_PER_WORKER
+            if many_small and compiled.encode_ordinary_batch and special is None and workers == machine.cores():
+                try:
+                    encoded = compiled.encode_ordinary_batch(pieces)  # the library's own threads, all cores
+                except UnicodeEncodeError:
+                    raise SurrogateError from None
+            else:
+                size = -(-len(pieces) // (workers * 4))
+                groups = [pieces[start : start + size] for start in range(0, len(pieces), size)]
+                encoded = list(chain.from_iterable(self._pool(workers, threads=True).map(
+                    lambda group: [self._encode_one(piece, special) for piece in group], groups)))
+        except SurrogateError:  # named in the first text that holds one, counted from that text's start
+            raise _surrogate_error(next(text for text in texts if _has_surrogate(text))) from None
+        out, at = [], 0
+        for count in counts:
+            out.append(encoded[at] if count == 1 else list(chain.from_iterable(encoded[at : at + count])))
+            at += count
+        return out
+
+    def _pool(self, workers: int, threads: bool = False) -> Executor:
+        if self._executor is None or self._executor[0] != (workers, threads):
             self.close()
-            # fork shares the parent's state (and warm cache) without pickling it.
-            context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-            pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(self,))
-            self._executor = (workers, pool)
+            if threads:
+                pool: Executor = ThreadPoolExecutor(workers, thread_name_prefix="bpe")
+            else:
+                # fork shares the parent's state (and warm cache) without pickling it.
+                start = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+                context = multiprocessing.get_context(start)
+                pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(self,))
+            self._executor = ((workers, threads), pool)
             self._finalizer = weakref.finalize(self, pool.shutdown, wait=False, cancel_futures=True)
         return self._executor[1]
 
@@ -411,7 +495,8 @@ class BPETokenizer(Tokenizer):
     def __getstate__(self) -> dict[str, Any]:
         # Sent to spawned workers: without the pool (not picklable) or the cache (large).
         state = dict(self.__dict__)
-        state.update(_executor=None, _finalizer=None, _cache={}, _split=None, _chunk=None)
+        state.update(_executor=None, _finalizer=None, _cache={}, _split=None, _chunk=None, _compiled=None,
+                     _resolved=False)  # a library's encoder does not pickle: the worker builds its own
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -437,11 +522,18 @@ class BPETokenizer(Tokenizer):
 
 def _surrogate_error(text: str) -> SurrogateError:
     """The error for ``text``, naming its first lone surrogate and that one's index in ``text``."""
-    where = regex.search(r"[\ud800-\udfff]", text)
+    where = _SURROGATE.search(text)
     index = where.start() if where else -1
     return SurrogateError(
         f"text has a lone surrogate U+{ord(text[index]):04X} at index {index}; it has no UTF-8 encoding"
     )
+
+
+_SURROGATE = regex.compile(r"[\ud800-\udfff]")
+
+
+def _has_surrogate(text: str) -> bool:
+    return _SURROGATE.search(text) is not None
 
 
 def _resolve_workers(num_workers: int | None, total_chars: int) -> int:

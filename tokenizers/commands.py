@@ -93,10 +93,13 @@ def load_text_tokenizer(directory: str | Path) -> BPETokenizer:
 
 
 def encode_text(
-    directory: str | Path, text: str, *, allow_special: bool = False, show_progress: bool = False
+    directory: str | Path, text: str, *, allow_special: bool = False, show_progress: bool = False,
+    backend: str = "auto",
 ) -> list[int]:
-    """Ids of ``text`` under the tokenizer saved in ``directory``; a progress bar for long texts."""
+    """Ids of ``text`` under the tokenizer saved in ``directory``, encoded by ``backend`` (see
+    :class:`~.bpe.BPETokenizer`); a progress bar for long texts."""
     tokenizer = load_text_tokenizer(directory)
+    tokenizer.use_backend(backend)
     allowed = "all" if allow_special else ()
     bar = tqdm(
         total=len(text), unit="char", unit_scale=True, disable=not show_progress or len(text) < PROGRESS_MIN_CHARS

@@ -29,10 +29,11 @@ PATTERNS: dict[str, str] = {
 # non-space run after it" chunks and each chunk encoded on its own.
 _GPT2_CHUNK = r"\s*+\S+|\s+"
 
-# A cut after "<non-space>\n" and before a non-space character is a piece boundary under
-# both named patterns (no piece spans a newline followed by a non-space, and no lookahead
-# sees past it), so texts can be split there and encoded in parallel with identical output.
-_SAFE_CUT = regex.compile(r"(?<=\S\n)(?=\S)")
+# A cut after "<non-space>\n" and before a non-space character (``(?<=\S\n)(?=\S)``) is a piece
+# boundary under both named patterns (no piece spans a newline followed by a non-space, and no
+# lookahead sees past it), so texts can be split there and encoded in parallel with identical output.
+# ``str.isspace`` is ``regex``'s ``\s`` plus these four separators, which ``\s`` does not match:
+_NOT_REGEX_SPACE = frozenset("\x1c\x1d\x1e\x1f")
 
 
 class PatternError(TokenizerError):
@@ -138,19 +139,59 @@ def is_named(source: str) -> bool:
     return source in PATTERNS.values()
 
 
-def safe_chunks(text: str, target_size: int) -> list[str]:
+def safe_chunks(text: str, target_size: int, pattern: str | None = None) -> list[str]:
     """Split ``text`` at safe cut points into chunks of roughly ``target_size`` characters.
 
-    Only valid for the named patterns (see ``_SAFE_CUT``); concatenating the chunks'
-    pre-tokens gives exactly the pre-tokens of the whole text.
+    Only valid for the named patterns (see ``_NOT_REGEX_SPACE``); concatenating the chunks'
+    pre-tokens gives exactly the pre-tokens of the whole text. Under GPT-2's ``pattern`` a cut may
+    also go before any newline that follows a non-space (:func:`gpt2_safe_cut`), which indented text
+    is full of.
     """
+    find = gpt2_safe_cut if pattern == PATTERNS["gpt2"] else safe_cut
     chunks: list[str] = []
     start = 0
     while len(text) - start > target_size:
-        cut = _SAFE_CUT.search(text, start + target_size)
-        if cut is None:
+        cut = find(text, start + target_size)
+        if cut < 0:
             break
-        chunks.append(text[start : cut.start()])
-        start = cut.start()
+        chunks.append(text[start:cut])
+        start = cut
     chunks.append(text[start:])
     return chunks
+
+
+def safe_cut(text: str, position: int) -> int:
+    """The first safe cut point at or after ``position`` (a cut before ``text[i]``), or -1 if there is none.
+
+    A walk from newline to newline with ``str.find``: a regex lookbehind search does the same
+    in C but runs at a few MB/s through text with no cut point (indented lines), which would
+    cost more than encoding it.
+    """
+    newline = text.find("\n", max(position - 1, 1))  # a cut at i needs text[i - 1] == "\n" and text[i - 2]
+    while 0 <= newline < len(text) - 1:
+        if _regex_non_space(text[newline - 1]) and _regex_non_space(text[newline + 1]):
+            return newline + 1
+        newline = text.find("\n", newline + 1)
+    return -1
+
+
+def gpt2_safe_cut(text: str, position: int) -> int:
+    r"""The first cut at or after ``position`` before a newline that follows a non-space, or -1.
+
+    Safe under GPT-2's pattern only: there a piece holding a newline is all whitespace (only
+    ``\s+(?!\S)`` and ``\s+`` match one), so with a non-space before it the newline starts a piece;
+    the piece before ends on that non-space in the chunk as in the text, and no GPT-2 alternative
+    looks behind. (cl100k's ``[^\s\p{L}\p{N}]+[
+]*`` puts ``".
+"`` in one piece: not there.)
+    """
+    newline = text.find("\n", max(position, 1))
+    while newline >= 0:
+        if _regex_non_space(text[newline - 1]):
+            return newline
+        newline = text.find("\n", newline + 1)
+    return -1
+
+
+def _regex_non_space(char: str) -> bool:
+    return not char.isspace() or char in _NOT_REGEX_SPACE
