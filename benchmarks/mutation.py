@@ -511,6 +511,11 @@ _NO_SPECIALS = ("a TranslationDataset's ids hold no special tokens (BOS, EOS and
                 "special strings typed in the data encode as plain text), so skipping them in decode changes nothing")
 
 _ZIP_DEFAULT = "zip's strict defaults to False"
+_SAME_ENGINE = ("any other name builds the guard with tiktoken, whose regex engine (fancy-regex) runs "
+                "`\\S{125,}|\\s{125,}` as riptoken's does: the same texts are sent to tiktoken")
+_SAME_TABLES = ("any other name asks tiktoken for the Unicode tables: riptoken's and tiktoken's regex engines, as "
+                "installed, know the same code points (test_a_widened_class_matches_exactly_the_characters_regex_"
+                "matches checks each library's widened classes on its own)")
 _SAME_MERGES = ("merge_short and merge_long give the same merges (tests/test_mutation_bpe_merge.py and the BPE parity "
                 "tests check it); which one a piece takes only changes the speed")
 _SENTINEL = "any negative index ends the linked list: every read tests `< 0`"
@@ -1020,6 +1025,18 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ("refs = [tgt_tok.decode(ids, ) for ids in eval_set.tgt]", _NO_SPECIALS),
     "tokformer.tasks.translate.xǁTranslateTaskǁbaselines__mutmut_13":
         ("refs = [tgt_tok.decode(ids, skip_special_tokens=False) for ids in eval_set.tgt]", _NO_SPECIALS),
+    # bpe_backend
+    **{f"tokformer.tokenizers.bpe_backend.x__constructor__mutmut_{n}":
+       (f'.Encoding({name}, pat_str=pattern, mergeable_ranks=ranks, special_tokens={{}})',
+        "the name of a tiktoken Encoding is a label: it encodes the same")
+       for n, name in ((15, "None"), (26, '"XXtokformerXX"'), (27, '"TOKFORMER"'))},
+    **{f"tokformer.tokenizers.bpe_backend.x__guarded__mutmut_{n}":
+       (f"long_runs = _constructor({name})({{bytes([b]): b for b in range(256)}}, _GPT2_LONG_RUN)", _SAME_ENGINE)
+       for n, name in ((6, "None"), (7, '"XXriptokenXX"'), (8, '"RIPTOKEN"'))},
+    "tokformer.tokenizers.bpe_backend.x_build__mutmut_4":
+        ("pattern = pattern_for_library(None, vocabulary.pattern)", _SAME_TABLES),
+    "tokformer.tokenizers.bpe_backend.x_pattern_for_library__mutmut_3":
+        ("differences = _class_differences(None)", _SAME_TABLES),
     # bpe_merge
     "tokformer.tokenizers.bpe_merge.x_merge_short__mutmut_9":
         ("pairs = [get(pair, _NO_MERGE) for pair in zip(ids, ids[1:], strict=None)]", _ZIP_DEFAULT),

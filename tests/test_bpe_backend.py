@@ -181,7 +181,7 @@ def test_a_tokenizer_json_trained_by_hugging_face_loads_onto_the_compiled_backen
         # library would join into "abc" (its bytes are a token). The Python encoder gives [97, 257].
         (BYTES | {b"bc": 256, b"ab": 257, b"abc": 258}, [(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")],
          "not what the merges make of its own bytes"),
-        (BYTES | {b"ab": 257, b"cd": 256}, [(b"a", b"b"), (b"c", b"d")], "do not grow with the merge order"),
+        (BYTES | {b"ab": 257, b"cd": 256}, [(b"a", b"b"), (b"c", b"d")], "do not follow the merge order"),
         (BYTES | {b"ab": 256, b"xyz": 257}, [(b"a", b"b")], "made by no merge"),
     ],
 )
@@ -318,3 +318,91 @@ def test_words_of_letters_newer_than_the_librarys_tables_give_the_reference_ids(
     raw = bpe_backend._constructor(library)(dict(reference.vocab), reference.pattern)
     assert [compiled.encode(w) for w in words] == [reference.encode(w) for w in words]
     assert [raw(w) for w in words] != [reference.encode(w) for w in words]
+
+
+# ----------------------------------------------------------------- the pieces, one by one (mutation testing: the
+# module's caches credit a whole computation to the first test that asked for it)
+
+
+def test_a_class_body_joins_neighbouring_code_points_into_ranges():
+    assert bpe_backend._class_body({"A", "B", "C", "E", "\U000107bb"}) == r"\x{41}-\x{43}\x{45}\x{107bb}"
+    assert bpe_backend._class_body(set()) == ""
+
+
+class Recorder:
+    """A fake encoder that records what it was given and returns one id per character."""
+
+    def __init__(self, mark: int) -> None:
+        self.mark, self.seen = mark, []
+
+    def __call__(self, text: str) -> list[int]:
+        self.seen.append(text)
+        return [self.mark] * len(text)
+
+    def batch(self, texts: list[str]) -> list[list[int]]:
+        self.seen.append(list(texts))
+        return [[self.mark] * len(t) for t in texts]
+
+
+@pytest.mark.skipif("riptoken" not in LIBRARIES, reason="the guard runs on riptoken")
+def test_the_guard_sends_only_the_parts_with_a_long_run_to_the_exact_encoder():
+    fast, exact = Recorder(1), Recorder(2)
+    encode, batch = bpe_backend._guarded(fast, fast.batch, exact)
+    assert encode("short text\n") == [1] * 11 and exact.seen == []
+    # lines that start with a space have no cut before a non-space after a newline, only GPT-2's cuts
+    text = " a\n" * 3000 + "x" * 130 + "\n" + " b\n" * 3000
+    ids = encode(text)
+    assert len(ids) == len(text) and set(ids) == {1, 2}
+    assert sum(map(len, exact.seen)) < len(text) // 4 and any("x" * 130 in part for part in exact.seen)
+    fast.seen.clear()
+    texts = ["one\n", " two", "three "]
+    assert batch(texts) == [[1] * len(t) for t in texts] and fast.seen == [texts]  # one call for the batch
+    fast.seen.clear()
+    near = ["a" * 124, "b" * 124]  # runs of 124 each: joined by a newline, still no run of 125
+    assert batch(near) == [[1] * 124] * 2 and fast.seen == [near]
+    fast.seen.clear()
+    assert batch(["one", "y" * 200, "two"]) == [[1] * 3, [2] * 200, [1] * 3]
+    assert fast.seen == ["one", "two"]  # the texts checked one by one, the clean ones encoded fast
+
+
+def test_a_pattern_is_not_widened_where_the_tables_cannot_be_reconciled(monkeypatch):
+    monkeypatch.setattr(bpe_backend, "_class_differences", lambda library: None)
+    assert pattern_for_library(LIBRARIES[0], VERIFIED_PATTERNS["gpt2"]) is None
+
+
+def test_two_merges_that_make_the_same_token_are_refused():
+    vocab = BYTES | {b"ab": 256, b"bc": 257, b"abc": 258}
+    refusal = bpe_backend.vocabulary_refusal(bpe_backend.Vocabulary(
+        vocab, [(b"a", b"b"), (b"b", b"c"), (b"ab", b"c"), (b"a", b"bc")], {}, list(range(256)), "gpt2"))
+    assert refusal == "token ids do not follow the merge order (merge 3 makes id 258)"
+
+
+def test_reasons_name_the_library_the_limit_and_the_pattern(caplog):
+    pattern = r"(?:\w+|\s+)" + "|x" * 40
+    bpe_backend._say_once.cache_clear()
+    with caplog.at_level(logging.INFO, logger=bpe_backend.__name__):
+        assert BPETokenizer(BYTES, [], pattern=pattern).backend == "python"
+    shown = repr(pattern[:60])
+    assert [r.getMessage() for r in caplog.records] == [
+        "BPE encodes in Python: " + "; ".join(f"{n} is not verified to pre-tokenize with the pattern {shown}"
+                                              for n in LIBRARIES)]
+    if "riptoken" in LIBRARIES:
+        with pytest.raises(TokenizerError, match="exact on pre-tokens of up to 500 bytes, guarded for GPT-2's"):
+            _ = BPETokenizer(BYTES, [], pattern="cl100k", backend="riptoken").backend
+    bpe_backend._say_once.cache_clear()
+
+
+def test_a_missing_library_is_named_even_for_a_vocabulary_it_could_not_run(monkeypatch):
+    monkeypatch.setattr(bpe_backend, "_library", lambda name: None)
+    vocab = BYTES | {b"ab": 257, b"cd": 256}
+    with pytest.raises(TokenizerError, match="riptoken is not installed$"):
+        _ = BPETokenizer(vocab, [(b"a", b"b"), (b"c", b"d")], backend="riptoken").backend
+
+
+@pytest.mark.skipif("riptoken" not in LIBRARIES, reason="riptoken's own batch call")
+def test_many_short_texts_on_every_core_go_to_riptokens_own_batch_call(monkeypatch):
+    reference, compiled = pair("gpt2", "riptoken")
+    assert compiled._compiled.encode_ordinary_batch is not None
+    texts = [f"line {i}: the cat\n" for i in range(2 * 256 * machine.cores() + 1)]
+    assert compiled.encode_batch(texts, num_workers=machine.cores()) == [reference.encode(t) for t in texts]
+    assert compiled._executor is None  # no thread pool was started

@@ -192,10 +192,9 @@ class BPETokenizer(Tokenizer):
         ranks reproduces our merge order only where the ids grow with it: every merged
         token's id above every single byte's and above the ids of the merges before it.
         """
-        merged = [self.vocab[a + b] for a, b in self.merges]
-        singles = max(self._byte_ids)
-        if any(later <= earlier for earlier, later in zip([singles, *merged], merged, strict=False)):
-            raise TokenizerError("token ids do not follow the merge order, so they are no tiktoken ranks")
+        refusal = bpe_backend.rank_order_refusal(self.vocab, self.merges, self._byte_ids)
+        if refusal is not None:
+            raise TokenizerError(f"{refusal}, so they are no tiktoken ranks")
         return dict(self.vocab)
 
     def save_hf_json(self, path: str | Path) -> None:

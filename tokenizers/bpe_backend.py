@@ -97,15 +97,25 @@ class Vocabulary:
     pattern: str
 
 
+def rank_order_refusal(vocab: Mapping[bytes, int], merges: Sequence[tuple[bytes, bytes]],
+                       byte_ids: Sequence[int]) -> str | None:
+    """Why the ids cannot serve as tiktoken's ranks (condition 1: every merged token's id above every single
+    byte's and above the ids the merges before it make), or None."""
+    previous = max(byte_ids)
+    for rank, (a, b) in enumerate(merges):
+        token_id = vocab[a + b]
+        if token_id <= previous:
+            return f"token ids do not follow the merge order (merge {rank} makes id {token_id})"
+        previous = token_id
+    return None
+
+
 def vocabulary_refusal(vocabulary: Vocabulary) -> str | None:
     """Why a library would not give this vocabulary's ids (see the module's conditions 1-3), or None."""
     vocab = vocabulary.vocab
-    merged = [vocab[a + b] for a, b in vocabulary.merges]
-    previous = max(vocabulary.byte_ids)
-    for rank, token_id in enumerate(merged):
-        if token_id <= previous:
-            return f"token ids do not grow with the merge order (merge {rank} makes id {token_id})"
-        previous = token_id
+    order = rank_order_refusal(vocab, vocabulary.merges, vocabulary.byte_ids)
+    if order is not None:
+        return order
     singles = {bytes([b]) for b in range(256)}
     made = [a + b for a, b in vocabulary.merges]
     unmade = vocab.keys() - singles - set(made)
