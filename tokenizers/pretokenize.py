@@ -163,9 +163,9 @@ def safe_chunks(text: str, target_size: int, pattern: str | None = None) -> list
 def safe_cut(text: str, position: int) -> int:
     """The first safe cut point at or after ``position`` (a cut before ``text[i]``), or -1 if there is none.
 
-    A walk from newline to newline with ``str.find``: a regex lookbehind search does the same
-    in C but runs at a few MB/s through text with no cut point (indented lines), which would
-    cost more than encoding it.
+    A walk from newline to newline with ``str.find``: a regex lookbehind search does the same,
+    but tries the lookbehind at every character of text with no cut point (indented lines),
+    which cost more than encoding it.
     """
     newline = text.find("\n", max(position - 1, 1))  # a cut at i needs text[i - 1] == "\n" and text[i - 2]
     while 0 <= newline < len(text) - 1:
