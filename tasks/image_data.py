@@ -14,7 +14,7 @@ without images, or a missing torchvision dataset without ``download`` is a DataE
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,27 +178,32 @@ def readable_image(path: Path, decode: bool = False) -> bool:
         return False
 
 
-def scan_folder(root: Path, classes: list[str] | None = None) -> tuple[list[tuple[Path, int]], list[str]]:
-    """Images under ``root/CLASS/...`` with their class index, like torchvision's ImageFolder.
+def scan_folder(root: Path, classes: list[str] | None = None, *, extensions: Sequence[str] = IMAGE_EXTENSIONS,
+                readable: Callable[[Path], bool] = readable_image, what: str = "image",
+                ) -> tuple[list[tuple[Path, int]], list[str]]:
+    """Files under ``root/CLASS/...`` with their class index, like torchvision's ImageFolder: images by
+    default, or any other ``what`` (``audio``) whose files end in ``extensions`` and pass ``readable``
+    (which warns, naming each file it turns away).
 
     ``classes`` fixes the class list (an eval folder must use the training classes); by
-    default it is the sorted subfolder names, and each must hold at least one image.
+    default it is the sorted subfolder names, and each must hold at least one readable file.
     """
     if not root.is_dir():
         raise DataError(f"image folder not found: {root}")
     found = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not found:
-        raise DataError(f"{root} has no class folders: expected {root}/CLASS_NAME/image.png for each class")
+        example = "image.png" if what == "image" else f"{what}{extensions[0]}"
+        raise DataError(f"{root} has no class folders: expected {root}/CLASS_NAME/{example} for each class")
     fixed = classes is not None
     classes = classes if fixed else found
     samples: list[tuple[Path, int]] = []
     for label, name in enumerate(classes):
         files = sorted(
-            p for p in (root / name).rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()
+            p for p in (root / name).rglob("*") if p.suffix.lower() in extensions and p.is_file()
         ) if (root / name).is_dir() else []
-        files = [p for p in files if readable_image(p)]
+        files = [p for p in files if readable(p)]
         if not files and not fixed:
-            raise DataError(f"class folder {root / name} has no readable images ({', '.join(IMAGE_EXTENSIONS)})")
+            raise DataError(f"class folder {root / name} has no readable {what} files ({', '.join(extensions)})")
         samples += [(p, label) for p in files]
     if fixed and (extra := sorted(set(found) - set(classes))):
         raise DataError(f"{root} has classes the training data lacks: {', '.join(extra[:5])}")
@@ -217,21 +222,24 @@ def split_folders(root: Path) -> tuple[Path, Path] | None:
     return (train, held_out) if train.is_dir() else None
 
 
-def folder_datasets(root: Path, val_fraction: float, seed: int) -> tuple[ImageFiles, ImageFiles]:
+def folder_datasets(root: Path, val_fraction: float, seed: int, *,
+                    files_dataset: Callable[[list[tuple[Path, int]], list[str]], Any] = ImageFiles,
+                    **scan: Any) -> tuple[Any, Any]:
     """``root/train`` + ``root/val`` (or ``root/test``) if present; else ``root``'s class
-    folders, with a seeded ``val_fraction`` of the images held out."""
+    folders, with a seeded ``val_fraction`` of the files held out. Each split is a ``files_dataset``
+    (:class:`ImageFiles` for images); ``scan`` goes to :func:`scan_folder` (another kind of file)."""
     split = split_folders(root)
     if split is not None:
-        train, classes = scan_folder(split[0])
-        evals, _ = scan_folder(split[1], classes)
-        return ImageFiles(train, classes), ImageFiles(evals, classes)
-    samples, classes = scan_folder(root)
+        train, classes = scan_folder(split[0], **scan)
+        evals, _ = scan_folder(split[1], classes, **scan)
+        return files_dataset(train, classes), files_dataset(evals, classes)
+    samples, classes = scan_folder(root, **scan)
     order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(seed)).tolist()
     n_eval = int(round(len(samples) * val_fraction))
     if n_eval >= len(samples):
-        raise DataError(f"{root} has {len(samples)} images: too few to hold out {val_fraction:.0%} for evaluation")
+        raise DataError(f"{root} has {len(samples)} files: too few to hold out {val_fraction:.0%} for evaluation")
     evals = [samples[i] for i in order[:n_eval]]
-    return ImageFiles([samples[i] for i in order[n_eval:]], classes), ImageFiles(evals, classes)
+    return files_dataset([samples[i] for i in order[n_eval:]], classes), files_dataset(evals, classes)
 
 
 # -- torchvision datasets by name -------------------------------------------------------------

@@ -44,6 +44,7 @@ SMALL_DATA = {
            "context_len": 32},
     "graph": {"per_class": 5},
     "vqa": {"train_size": 64, "eval_size": 16},
+    "audio": {"train_size": 48, "eval_size": 12},
 }
 
 

@@ -41,6 +41,7 @@ def populate(cwd: Path, shared: Path) -> None:
     _pairs(cwd)
     _graphs(cwd)
     _questions(cwd)
+    _sounds(cwd)
     for item in shared.iterdir():
         target = cwd / ("path/to" if item.name.startswith("hf-") or item.name == "timm-hub-folder" else "") / item.name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -71,6 +72,18 @@ def _images(cwd: Path) -> None:
         (cwd / "my_images" / label).mkdir(parents=True)
         for i in range(8):
             _image(100 * c + i).save(cwd / "my_images" / label / f"{i}.png")
+
+
+def _sounds(cwd: Path) -> None:
+    """``clip.wav`` and ``my_sounds/train|val/CLASS/*.wav``: built-in event clips as a user's 8 kHz folder."""
+    from tokformer.tasks.audio_data import EVENT_CLASSES, make_events, save_class_folders
+    from tokformer.tokenizers.audio_io import write_wav
+
+    clips, labels = make_events(24, seed=0, rate=8000)
+    write_wav(cwd / "clip.wav", clips[0], 8000)
+    names = [EVENT_CLASSES[label] for label in labels]
+    save_class_folders(clips[:18], names[:18], 8000, cwd / "my_sounds" / "train")
+    save_class_folders(clips[18:], names[18:], 8000, cwd / "my_sounds" / "val")
 
 
 def _questions(cwd: Path) -> None:

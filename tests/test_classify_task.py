@@ -194,7 +194,7 @@ def test_mixup_gives_smoothed_soft_targets():
     ("setup", "message"),
     [
         (lambda root: root.mkdir(), "no class folders"),
-        (lambda root: (root / "cat").mkdir(parents=True), "has no readable images"),
+        (lambda root: (root / "cat").mkdir(parents=True), "has no readable image files"),
         (lambda root: None, "neither a folder nor a known dataset"),
     ],
 )

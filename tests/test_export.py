@@ -21,6 +21,7 @@ from tokformer.errors import UsageError
 from tokformer.interop.export import export_onnx, export_program, graph_breaks, run_onnx
 from tokformer.masks import padding_or_none
 from tokformer.positional import LearnedPositions
+from tokformer.tasks.audio import AudioConfig, AudioTask
 from tokformer.tasks.classify import ClassifyConfig, ClassifyTask
 from tokformer.tasks.graph import GraphConfig, GraphTask
 from tokformer.tasks.lm import EOT, LMConfig, LMTask
@@ -106,7 +107,16 @@ def _vqa() -> tuple[Task, Callable[[Task], tuple]]:
     return task, other
 
 
+def _audio(tokens: str, position: str) -> tuple[Task, Callable[[Task], tuple]]:
+    task = AudioTask(AudioConfig(n_layers=1, tokens=tokens, position=position, max_seconds=0.5, **SMALL))
+    task.classes = ["hum-chirp-hiss", "hiss-hum-chirp", "chirp-hiss-hum"]
+    clips = [torch.randn(n, generator=torch.Generator().manual_seed(n)) * 0.1 for n in (1600, 5000, 7000)]
+    return task, lambda t: (t.tokenizer.batch(clips),)
+
+
 BUILDERS: dict[str, Callable[[], tuple[Task, Callable[[Task], tuple]]]] = {
+    "audio-frames": lambda: _audio("frames", "sincos"),
+    "audio-patches-learned": lambda: _audio("patches", "learned"),
     "vqa": _vqa,
     "sort": _sort,
     "classify": lambda: _classify("sincos"),

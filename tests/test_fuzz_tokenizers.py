@@ -532,6 +532,69 @@ def test_image_random_bytes_as_a_file_give_data_error(image_files, magic, data, 
     check_image_file(path)
 
 
+# ====================================================================== audio files
+
+AUDIO_SEEDS = {"pcm16.wav": "PCM_16", "pcm24.wav": "PCM_24", "pcmu8.wav": "PCM_U8", "float.wav": "FLOAT",
+               "double.wav": "DOUBLE", "stereo.flac": "PCM_16"}
+
+
+@pytest.fixture(scope="module")
+def audio_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, bytes], Path]:
+    """Small valid sound files of several encodings to corrupt (written by soundfile), and a folder."""
+    soundfile = pytest.importorskip("soundfile")
+    rng = np.random.default_rng(0)
+    folder = tmp_path_factory.mktemp("audio")
+    seeds = {}
+    for name, subtype in AUDIO_SEEDS.items():
+        channels = 2 if name.startswith("stereo") else 1
+        soundfile.write(folder / name, rng.uniform(-0.8, 0.8, (700, channels)), 8000, subtype=subtype)
+        seeds[name] = (folder / name).read_bytes()
+    return seeds, folder
+
+
+def check_audio_file(path: Path) -> None:
+    """A file either tokenizes into finite tokens or raises a one-line DataError naming it."""
+    from tokformer.tokenizers.audio import AudioFrameTokenizer
+
+    tokenizer = AudioFrameTokenizer(frame_hops=2, max_seconds=0.2)
+    try:
+        batch = tokenizer.batch([path])
+    except DataError as err:
+        event("DataError")
+        assert_one_line(err)
+        assert str(path) in str(err), str(err)
+        return
+    event("tokens")
+    assert batch.features.shape[0] == 1 and batch.features.shape[2] == 160 and 1 <= batch.features.shape[1] <= 10
+    assert torch.isfinite(batch.features).all()
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(sorted(AUDIO_SEEDS)),
+       edits=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=6),
+       cut=st.none() | st.integers(0, 4096))
+def test_audio_corrupt_files_give_tokens_or_data_error(audio_files, name, edits, cut):
+    seeds, folder = audio_files
+    data = bytearray(seeds[name])
+    for position, byte in edits:  # the header and the first samples: where a reader can go wrong
+        data[position % len(data)] = byte
+    if cut is not None:
+        data = data[: cut % (len(data) + 1)]
+    path = folder / f"fuzzed-{name}"
+    path.write_bytes(bytes(data))
+    check_audio_file(path)
+
+
+@settings(max_examples=50, deadline=None)
+@given(magic=st.sampled_from([b"", b"RIFF", b"RIFF\0\0\0\0WAVE", b"RIFF\xff\xff\xff\xffWAVEfmt ", b"fLaC",
+                              b"OggS"]),
+       data=st.binary(max_size=200), suffix=st.sampled_from(["wav", "flac", "ogg"]))
+def test_audio_random_bytes_as_a_file_give_data_error(audio_files, magic, data, suffix):
+    path = audio_files[1] / f"random.{suffix}"
+    path.write_bytes(magic + data)
+    check_audio_file(path)
+
+
 # ====================================================================== graphs
 
 NODE_LABELS = st.one_of(

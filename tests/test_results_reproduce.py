@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
+import audio_results  # noqa: E402
 import birds_calibration  # noqa: E402
 import birds_mixing  # noqa: E402
 from harness import read_jsonl  # noqa: E402
@@ -26,6 +27,12 @@ def test_the_mixing_report_is_rendered_from_its_runs() -> None:
     runs = birds_mixing.latest(read_jsonl(birds_mixing.OUT.with_suffix(".jsonl")))
     assert runs, "no runs committed"
     assert birds_mixing.render(runs) == birds_mixing.OUT.with_suffix(".md").read_text(encoding="utf-8")
+
+
+def test_the_audio_report_is_rendered_from_its_runs() -> None:
+    rows = read_jsonl(audio_results.ROWS)
+    assert {(r["part"], r["seed"]) for r in rows} == {(p, s) for p in audio_results.PARTS for s in audio_results.SEEDS}
+    assert audio_results.render(rows) == (audio_results.RESULTS / "audio.md").read_text(encoding="utf-8")
 
 
 def fc_line(runs: list[dict]) -> str:

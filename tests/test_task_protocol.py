@@ -31,6 +31,7 @@ from tokformer.store import loader
 from tokformer.store.checkpoints import tokenizer_fingerprint
 from tokformer.tasks.classify import ClassifyConfig, ClassifyTask
 from tokformer.tasks.numbers_de import english, german
+from tokformer.tokenizers.audio_io import write_wav
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ENGINE = dict(steps=2, batch_size=8, eval_every=2, device="cpu", quiet=True)
@@ -65,7 +66,7 @@ class RecordingTask(Task):
         return StepOutput(loss=model(batch).pow(2).mean(), count=len(batch))
 
 
-BUILTIN_TASKS = ("classify", "graph", "lm", "sort", "translate", "vqa")
+BUILTIN_TASKS = ("audio", "classify", "graph", "lm", "sort", "translate", "vqa")
 
 
 def test_every_builtin_task_registers_and_reads_its_default_data_as_builtin() -> None:
@@ -149,12 +150,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list
     pairs.write_text("".join(f"{english(n)}\t{german(n)}\n" for n in range(1, 40)), encoding="utf-8")
     image = root / "x.png"
     Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(image)
+    sound = root / "x.wav"
+    write_wav(sound, np.sin(np.arange(4000) / 3.0) * 0.3, 8000)
     graph = root / "g.edgelist"
     nx.write_edgelist(nx.cycle_graph(6), graph, data=False)
     small = dict(d_model=16, n_heads=2)
     specs = {
         "sort": (dict(seq_len=4, train_size=64, eval_size=8, n_layers=1), ["3 1 2 0"]),
         "classify": (dict(train_size=16, eval_size=8, n_layers=1), [str(image)]),
+        "audio": (dict(train_size=16, eval_size=8, n_layers=1, max_seconds=0.5), [str(sound)]),
         "graph": (dict(per_class=4, folds=2, n_layers=1, k=4), [str(graph)]),
         "lm": (dict(data=str(text), vocab_size=270, context_len=8, n_layers=1), ["def "]),
         "translate": (dict(data=str(pairs), vocab_size=280, encoder_layers=1, decoder_layers=1), ["seven"]),
@@ -166,18 +170,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list
     return {name: (root / name, inputs) for name, (_, inputs) in specs.items()}
 
 
-@pytest.mark.parametrize("task", ["sort", "classify", "graph", "lm", "translate", "vqa"])
+@pytest.mark.parametrize("task", ["sort", "classify", "audio", "graph", "lm", "translate", "vqa"])
 def test_cli_predict_works_for_every_task(task: str, runs) -> None:
     run, inputs = runs[task]
     result = CliRunner().invoke(main, ["predict", str(run), *inputs])
     assert result.exit_code == 0, result.output
     expected = {"sort": r"^\d \d \d \d\n$", "classify": r"x\.png: \S+ [01]\.\d{3}.*\n$",
+                "audio": r"x\.wav: \S+ [01]\.\d{3}.*\n$",
                 "graph": r"g\.edgelist: \S+ [01]\.\d{3}.*\n$", "lm": r"^def ", "translate": r"^.*\n$",
                 "vqa": r"^.*\n$"}
     assert re.search(expected[task], result.output), result.output  # one line each (lm: the prompt continued)
 
 
-@pytest.mark.parametrize("task", ["sort", "classify", "graph", "lm", "translate", "vqa"])
+@pytest.mark.parametrize("task", ["sort", "classify", "audio", "graph", "lm", "translate", "vqa"])
 def test_a_full_disk_while_a_task_saves_its_assets_leaves_the_saved_ones_whole(task: str, runs, tmp_path: Path,
                                                                             fill_disk) -> None:
     """Tokenizers, class names, vocabularies: a save that fails half-way (into a run directory, a model

@@ -19,6 +19,8 @@ TINY = {
     "graph": {"d_model": 16, "n_heads": 2, "n_layers": 1, "k": 4, "batch_size": 4, "per_class": 4},
     "translate": {"vocab_size": 300, "d_model": 32, "n_heads": 2, "encoder_layers": 1, "decoder_layers": 1,
                   "batch_size": 8, "train_size": 64, "eval_size": 8},
+    "audio": {"train_size": 24, "eval_size": 12, "d_model": 16, "n_heads": 2, "n_layers": 1, "batch_size": 8,
+              "max_seconds": 0.5},
     "lm": {"vocab_size": 300, "context_len": 16, "d_model": 16, "n_heads": 2, "n_layers": 1, "val_fraction": 0.2,
            "batch_size": 4, "stdlib_bytes": 30_000, "tokenizer_chars": 20_000},
 }
