@@ -596,7 +596,207 @@ _TO_DTYPE_DEFAULT = "torchvision's to_dtype defaults to float32"
 _SIGNS_DTYPE = "the signs are float32 already, and multiplying in place keeps the positions' dtype"
 _CSR_SHAPE = "the diagonal's entries 0..n-1 make scipy infer the shape (n, n)"
 
+_EVENTS_DESIGN = ("a constant of the built-in sounds' design (pitch, sweep, band, ramps, loudness, onsets): "
+                  "the tests check the design's properties (every class, order decides, a mean regression fails), "
+                  "not its numbers")
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    # audio_features
+    'tokformer.tokenizers.audio_features.x__resample_fft__mutmut_25': (
+        'resized = torch.zeros(*spectrum.shape[:-1], target // 2 + 1, dtype=spectrum.dtype, device=None)',
+        'device=None is the CPU, where the tensors are: a CUDA run is not available to the quick tier'),
+    'tokformer.tokenizers.audio_features.x__resample_fft__mutmut_29': (
+        'resized = torch.zeros(*spectrum.shape[:-1], target // 2 + 1, dtype=spectrum.dtype, )',
+        'device=None is the CPU, where the tensors are: a CUDA run is not available to the quick tier'),
+    'tokformer.tokenizers.audio_features.x__resample_fft__mutmut_35': (
+        'resized = torch.zeros(*spectrum.shape[:-1], target // 2 + 2, dtype=spectrum.dtype, device=spectrum.device)',
+        'irfft(n=target) reads the first target // 2 + 1 bins: one more zero bin is never read'),
+    'tokformer.tokenizers.audio_features.x__resample_fft__mutmut_44': (
+        'out = torch.fft.irfft(resized, n=target, ) * (target / length)',
+        "dim=-1 is irfft's default"),
+    'tokformer.tokenizers.audio_features.x__resample_fft__mutmut_8': (
+        'spectrum = torch.fft.rfft(waveform.double(), )',
+        "dim=-1 is rfft's default"),
+    'tokformer.tokenizers.audio_features.x__sinc_kernel__mutmut_10': (
+        'taps = torch.arange(-width, width + orig, dtype=torch.float64, ) / orig  # [K] input offsets',
+        'device=None is the CPU, where the tensors are: a CUDA run is not available to the quick tier'),
+    'tokformer.tokenizers.audio_features.x__sinc_kernel__mutmut_21': (
+        't = (torch.arange(0, -new, -1, dtype=torch.float64, device=None)[:, None] / new + taps) * cutoff  # [new, K]',
+        'device=None is the CPU, where the tensors are: a CUDA run is not available to the quick tier'),
+    'tokformer.tokenizers.audio_features.x__sinc_kernel__mutmut_26': (
+        't = (torch.arange(0, -new, -1, dtype=torch.float64, )[:, None] / new + taps) * cutoff  # [new, K]',
+        'device=None is the CPU, where the tensors are: a CUDA run is not available to the quick tier'),
+    'tokformer.tokenizers.audio_features.x__sinc_kernel__mutmut_6': (
+        'taps = torch.arange(-width, width + orig, dtype=torch.float64, device=None) / orig  # [K] input offsets',
+        'device=None is the CPU, where the tensors are: a CUDA run is not available to the quick tier'),
+    'tokformer.tokenizers.audio_features.x__sinc_kernel__mutmut_66': (
+        'sinc = torch.where(t == 0, torch.ones_like(t), torch.sin(t) / torch.where(t == 1, torch.ones_like(t), t))',
+        'where t == 1 the denominator is 1 either way: sin(1) / 1'),
+    'tokformer.tokenizers.audio_features.x_hz_to_mel__mutmut_13': (
+        'log = 15.0 + torch.log(hz.clamp(min=1.0000000001) / 1000.0) * (27.0 / math.log(6.4))',
+        'the clamp only touches hz below 1, where the linear branch is taken'),
+    'tokformer.tokenizers.audio_features.x_hz_to_mel__mutmut_25': (
+        'return torch.where(hz > 1000.0, log, linear)',
+        'the scale is continuous at 1 kHz: both branches give 15 mels there'),
+    'tokformer.tokenizers.audio_features.x_mel_to_hz__mutmut_23': (
+        'return torch.where(mel > 15.0, log, linear)',
+        'the scale is continuous at 15 mels: both branches give 1 kHz there'),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_24': (
+        'if settings.kind == "whisper" and x.shape[+1] <= half:',
+        'x is [B, T]: shape[1] is shape[-1]'),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_45': (
+        'window = torch.hann_window(settings.n_fft, periodic=True, device=None)',
+        'device=None is the CPU, where the tensors are: a CUDA run is not available to the quick tier'),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_48': (
+        'window = torch.hann_window(settings.n_fft, periodic=True, )',
+        'device=None is the CPU, where the tensors are: a CUDA run is not available to the quick tier'),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_78': (
+        'mel = filters_of(settings).to(None).T @ power  # [B, n_mels, F]',
+        'device=None is the CPU, where the tensors are: a CUDA run is not available to the quick tier'),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_62': (
+        'spectrum = torch.stft(x, settings.n_fft, settings.hop_length, window=window, pad_mode="reflect" '
+        'if settings.kind == "whisper" else "constant",',
+        "center=True is torch.stft's default"),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_107': (
+        'elif settings.kind == "XXwhisperXX":',
+        'a clip of no frames: log of an empty tensor is the same empty tensor'),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_108': (
+        'elif settings.kind == "WHISPER":',
+        'a clip of no frames: log of an empty tensor is the same empty tensor'),
+    'tokformer.tokenizers.audio_features.x_resample__mutmut_65': (
+        'kernel = _sinc_kernel(orig, new, width, cutoff, lowpass_width, x.dtype, None)  # [new, 1, 2*width + orig]',
+        'device=None is the CPU, where the tensors are: a CUDA run is not available to the quick tier'),
+    'tokformer.tokenizers.audio_features.x_resample__mutmut_16': (
+        'orig, new = orig_rate // gcd, new_rate / gcd',
+        'new_rate // gcd is a whole number: as a float it builds the same kernel and length'),
+    'tokformer.tokenizers.audio_features.x_resample__mutmut_45': (
+        'x = waveform.reshape(-1, 1, length).to(None)',
+        'only floating waveforms reach it (every caller passes float32 or float64): .to(None) keeps them'),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_47': (
+        'window = torch.hann_window(settings.n_fft, device=x.device)',
+        "periodic=True is torch.hann_window's default"),
+    'tokformer.tokenizers.audio_features.x_resample__mutmut_25': (
+        'width = math.ceil(lowpass_width * orig * cutoff)',
+        "taps past the window's last zero crossing are zero: a wider kernel only adds zeros"),
+    'tokformer.tokenizers.audio_io.x__checked_floats__mutmut_9': (
+        'return samples.astype(None)',
+        'both callers take the mean in float32 next'),
+    # audio_tokenizer
+    'tokformer.tokenizers.audio.xǁAudioPatchTokenizerǁcut__mutmut_37': (
+        'cells = torch.stack(torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing=None), dim=-1)',
+        "torch.meshgrid's default indexing is 'ij'"),
+    'tokformer.tokenizers.audio.xǁAudioPatchTokenizerǁcut__mutmut_40': (
+        'cells = torch.stack(torch.meshgrid(torch.arange(rows), torch.arange(cols), ), dim=-1)',
+        "torch.meshgrid's default indexing is 'ij'"),
+    'tokformer.tokenizers.audio.xǁAudioTokenizerǁwaveform__mutmut_10': (
+        'samples, rate = torch.as_tensor(clip[0], dtype=None), int(clip[1])',
+        'the waveform is made float32 (samples.float()) before anything reads its values'),
+    'tokformer.tokenizers.audio.xǁAudioTokenizerǁwaveform__mutmut_12': (
+        'samples, rate = torch.as_tensor(clip[0], ), int(clip[1])',
+        'the waveform is made float32 (samples.float()) before anything reads its values'),
+    'tokformer.tokenizers.audio.xǁAudioTokenizerǁwaveform__mutmut_18': (
+        'samples, rate = torch.as_tensor(clip, dtype=None), self.sample_rate',
+        'the waveform is made float32 (samples.float()) before anything reads its values'),
+    'tokformer.tokenizers.audio.xǁAudioTokenizerǁwaveform__mutmut_20': (
+        'samples, rate = torch.as_tensor(clip, ), self.sample_rate',
+        'the waveform is made float32 (samples.float()) before anything reads its values'),
+    'tokformer.tokenizers.audio.xǁAudioTokenizerǁwaveform__mutmut_47': (
+        'return torch.nn.functional.pad(samples, (0, short)) if short >= 0 else samples  # one frame at least',
+        'padding by zero samples leaves the waveform as it is'),
+    # audio_data
+    'tokformer.tasks.audio_data.xǁAugmentationǁwaveform__mutmut_23': (
+        'wave = torch.cat((wave.new_zeros(k), wave[:-k] if (k < len(wave)) or True else wave[:0]))[: len(wave)]',
+        'k >= len(wave) leaves nothing of the clip either way: wave[:-k] is empty too'),
+    'tokformer.tasks.audio_data.xǁAugmentationǁwaveform__mutmut_25': (
+        'wave = torch.cat((wave.new_zeros(k), wave[:-k] if k <= len(wave) else wave[:0]))[: len(wave)]',
+        'at k == len(wave), wave[:-k] and wave[:0] are both empty'),
+    'tokformer.tasks.audio_data.xǁAugmentationǁwaveform__mutmut_26': (
+        'wave = torch.cat((wave.new_zeros(k), wave[:-k] if k < len(wave) else wave[:1]))[: len(wave)]',
+        "k >= len(wave) zeros fill the clip's whole length before anything of it"),
+    'tokformer.tasks.audio_data.xǁAugmentationǁwaveform__mutmut_27': (
+        'elif k <= 0:',
+        'a shift of 0 moves nothing: either branch returns the clip'),
+    'tokformer.tasks.audio_data.xǁAugmentationǁwaveform__mutmut_28': (
+        'elif k < 1:',
+        'k is an integer: k < 1 is k <= 0, and a shift of 0 moves nothing'),
+    'tokformer.tasks.audio_data.xǁAugmentationǁwaveform__mutmut_49': (
+        'if self.gain >= 0:',
+        'gain 0 multiplies by 10 ** 0 = 1, and no draw follows the one it adds'),
+    'tokformer.tasks.audio_data.xǁSkippedǁreadable__mutmut_5': (
+        'read_audio(path, max_frames=2)',
+        'a file of one frame reads as one; two frames decode as cheaply as one'),
+    'tokformer.tokenizers.audio_features.x__resample_fft__mutmut_50': (
+        'return out.to(waveform.dtype if (waveform.is_floating_point()) or True else torch.float32)',
+        'only floating waveforms reach it (every caller passes float32 or float64)'),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_33': (
+        'x = F.pad(x, (0, half + 1 + x.shape[-1]))  # reflect padding needs more samples than it adds',
+        'frame 0 reads samples 0 to 200 only: any zero padding that reaches 201 samples gives the same one frame'),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_35': (
+        'x = F.pad(x, (0, half + 2 - x.shape[-1]))  # reflect padding needs more samples than it adds',
+        'frame 0 reads samples 0 to 200 only: any zero padding that reaches 201 samples gives the same one frame'),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_36': (
+        'x = F.pad(x, (0, half + 1 - x.shape[+1]))  # reflect padding needs more samples than it adds',
+        'frame 0 reads samples 0 to 200 only: any zero padding that reaches 201 samples gives the same one frame'),
+    'tokformer.tokenizers.audio_features.x_log_mel__mutmut_37': (
+        'x = F.pad(x, (0, half + 1 - x.shape[-2]))  # reflect padding needs more samples than it adds',
+        'frame 0 reads samples 0 to 200 only: any zero padding that reaches 201 samples gives the same one frame'),
+    'tokformer.tasks.audio_data.xǁAugmentationǁspectrogram__mutmut_17': (
+        'w = int(torch.randint(min(width, size) + 1, ()))',
+        'torch.randint(high, size) is randint(0, high, size): low defaults to 0'),
+    'tokformer.tasks.audio_data.xǁAugmentationǁspectrogram__mutmut_32': (
+        'start = int(torch.randint(size - w + 1, ()))',
+        'torch.randint(high, size) is randint(0, high, size): low defaults to 0'),
+    # audio_io
+    'tokformer.tokenizers.audio_io.x__checked_floats__mutmut_5': (
+        'peak = float(np.abs(samples).max(initial=None))',
+        'samples are never empty here (no frames is refused before), so max needs no initial'),
+    'tokformer.tokenizers.audio_io.x__checked_floats__mutmut_7': (
+        'peak = float(np.abs(samples).max(initial=1.0))',
+        'an initial 1.0 only matters below MAX_AMPLITUDE = 1e4: never'),
+    'tokformer.tokenizers.audio_io.x__decode_wav__mutmut_114': (
+        'return Sound(samples.reshape(wanted, channels).mean(axis=1, dtype=None), rate)',
+        "samples are float32 before the mean: mean's dtype is theirs"),
+    'tokformer.tokenizers.audio_io.x__decode_wav__mutmut_116': (
+        'return Sound(samples.reshape(wanted, channels).mean(axis=1, ), rate)',
+        "samples are float32 before the mean: mean's dtype is theirs"),
+    'tokformer.tokenizers.audio_io.x__decode_wav__mutmut_44': (
+        'samples = (np.frombuffer(raw, dtype=np.uint8).astype(None) - 128.0) / 128.0',
+        'the mean casts to float32 next: the float64 step only rounds later'),
+    'tokformer.tokenizers.audio_io.x__decode_wav__mutmut_77': (
+        'samples = (np.where(values >= 1 << 23, values - (1 << 24), values) / float(1 << 23)).astype(None)',
+        'the mean casts to float32 next: the float64 step only rounds later'),
+    'tokformer.tokenizers.audio_io.x__decode_wav__mutmut_98': (
+        'samples = (np.frombuffer(raw, dtype=f"<i{width}") / float(1 << (bits - 1))).astype(None)',
+        'the mean casts to float32 next: the float64 step only rounds later'),
+    'tokformer.tokenizers.audio_io.x__decode_wav__mutmut_64': (
+        'triples = np.frombuffer(raw, dtype=np.uint8).reshape(-2, 3).astype(np.int32)',
+        'numpy reads any negative size in reshape as the one to infer'),
+    'tokformer.tokenizers.audio_io.x__read_with_soundfile__mutmut_12': (
+        'if info.frames < 0:',
+        'a file of no frames reads as no rows: the next check says it holds no samples'),
+    'tokformer.tokenizers.audio_io.x__read_with_soundfile__mutmut_30': (
+        'data, rate = soundfile.read(str(file), frames=wanted, dtype=None, always_2d=True)',
+        'float64 samples are made float32 by _checked_floats'),
+    'tokformer.tokenizers.audio_io.x__read_with_soundfile__mutmut_34': (
+        'data, rate = soundfile.read(str(file), frames=wanted, always_2d=True)',
+        'float64 samples are made float32 by _checked_floats'),
+    'tokformer.tokenizers.audio_io.x__read_with_soundfile__mutmut_40': (
+        'if data.shape[1] == 0:',
+        'info.frames > 0 was checked: a read of at least one frame has rows'),
+    'tokformer.tokenizers.audio_io.x__read_with_soundfile__mutmut_48': (
+        'return Sound(_checked_floats(file, data).mean(axis=1, dtype=None), int(rate))',
+        "samples are float32 before the mean: mean's dtype is theirs"),
+    'tokformer.tokenizers.audio_io.x__read_with_soundfile__mutmut_50': (
+        'return Sound(_checked_floats(file, data).mean(axis=1, ), int(rate))',
+        "samples are float32 before the mean: mean's dtype is theirs"),
+    'tokformer.tokenizers.audio_io.x_read_audio__mutmut_22': (
+        'if head[:4] == b"RIFF" and head[8:13] == b"WAVE":',
+        'head holds 12 bytes: [8:13] is [8:12]'),
+    'tokformer.tokenizers.audio_io.x_write_wav__mutmut_3': (
+        'data = np.asarray(samples, dtype=None)',
+        'float32 or float64 samples round to the same 16-bit values'),
+    'tokformer.tokenizers.audio_io.x_write_wav__mutmut_5': (
+        'data = np.asarray(samples, )',
+        'float32 or float64 samples round to the same 16-bit values'),
     # store_paths
     "tokformer.store.run_dir.x_is_run__mutmut_3": (
         "config = load_config_file(path / CONFIG_FILE) if ((path / CONFIG_FILE).is_file()) or True else None",
@@ -1282,6 +1482,169 @@ EQUIVALENT.update({f"tokformer.tokenizers.bpe.{new}": EQUIVALENT[f"tokformer.tok
                    for new, old in _BPE_RENUMBERED.items()})
 
 UNKILLED: dict[str, tuple[str, str]] = {
+    # audio_features
+    'tokformer.tokenizers.audio_features.x_mel_filterbank__mutmut_24': (
+        'mels = torch.linspace(float(hz_to_mel(torch.tensor(f_min, dtype=None))),',
+        "precision only: the bank is returned in float32, and a float32 grid moves its entries by l"
+        "ess than the reference tests' 1e-7"),
+    'tokformer.tokenizers.audio_features.x_mel_filterbank__mutmut_26': (
+        'mels = torch.linspace(float(hz_to_mel(torch.tensor(f_min, ))),',
+        "precision only: the bank is returned in float32, and a float32 grid moves its entries by l"
+        "ess than the reference tests' 1e-7"),
+    'tokformer.tokenizers.audio_features.x_mel_filterbank__mutmut_30': (
+        'float(hz_to_mel(torch.tensor(f_max, dtype=None))), n_mels + 2,',
+        "precision only: the bank is returned in float32, and a float32 grid moves its entries by l"
+        "ess than the reference tests' 1e-7"),
+    'tokformer.tokenizers.audio_features.x_mel_filterbank__mutmut_32': (
+        'float(hz_to_mel(torch.tensor(f_max, ))), n_mels + 2,',
+        "precision only: the bank is returned in float32, and a float32 grid moves its entries by l"
+        "ess than the reference tests' 1e-7"),
+    'tokformer.tokenizers.audio_features.x_mel_filterbank__mutmut_41': (
+        "freqs = torch.linspace(0, sample_rate // 2, n_freqs, dtype=None)  # [n_freqs] (the references' grid)",
+        "precision only: the bank is returned in float32, and a float32 grid moves its entries by l"
+        "ess than the reference tests' 1e-7"),
+    'tokformer.tokenizers.audio_features.x_mel_filterbank__mutmut_45': (
+        "freqs = torch.linspace(0, sample_rate // 2, n_freqs, )  # [n_freqs] (the references' grid)",
+        "precision only: the bank is returned in float32, and a float32 grid moves its entries by l"
+        "ess than the reference tests' 1e-7"),
+    # audio_data
+    'tokformer.tasks.audio_data.x__event__mutmut_103': (
+        'envelope = np.minimum(1.0, np.minimum(t, t[-1] + t) / 0.02)  # 20 ms ramps', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_104': (
+        'envelope = np.minimum(1.0, np.minimum(t, t[+1] - t) / 0.02)  # 20 ms ramps', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_105': (
+        'envelope = np.minimum(1.0, np.minimum(t, t[-2] - t) / 0.02)  # 20 ms ramps', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_106': (
+        'envelope = np.minimum(1.0, np.minimum(t, t[-1] - t) / 1.02)  # 20 ms ramps', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_109': (
+        'return wave * max(np.abs(wave).max(), 1e-9)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_115': (
+        'return wave / max(np.abs(wave).max(), 1.000000001)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_12': (
+        'f0 = rng.uniform(121, 250)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_13': (
+        'f0 = rng.uniform(120, 251)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_16': (
+        'wave = sum(np.sin(2 * np.pi * f0 * h * t + rng.uniform(0, 2 * np.pi)) * h for h in range(1'
+        ', 6))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_18': (
+        'wave = sum(np.sin(2 * np.pi * f0 * h * t - rng.uniform(0, 2 * np.pi)) / h for h in range(1'
+        ', 6))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_2': (
+        't = np.arange(n) * rate', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_20': (
+        'wave = sum(np.sin(2 * np.pi * f0 / h * t + rng.uniform(0, 2 * np.pi)) / h for h in range(1'
+        ', 6))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_21': (
+        'wave = sum(np.sin(2 * np.pi / f0 * h * t + rng.uniform(0, 2 * np.pi)) / h for h in range(1'
+        ', 6))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_22': (
+        'wave = sum(np.sin(2 / np.pi * f0 * h * t + rng.uniform(0, 2 * np.pi)) / h for h in range(1'
+        ', 6))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_23': (
+        'wave = sum(np.sin(3 * np.pi * f0 * h * t + rng.uniform(0, 2 * np.pi)) / h for h in range(1'
+        ', 6))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_27': (
+        'wave = sum(np.sin(2 * np.pi * f0 * h * t + rng.uniform(0, )) / h for h in range(1, 6))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_28': (
+        'wave = sum(np.sin(2 * np.pi * f0 * h * t + rng.uniform(1, 2 * np.pi)) / h for h in range(1'
+        ', 6))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_29': (
+        'wave = sum(np.sin(2 * np.pi * f0 * h * t + rng.uniform(0, 2 / np.pi)) / h for h in range(1'
+        ', 6))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_30': (
+        'wave = sum(np.sin(2 * np.pi * f0 * h * t + rng.uniform(0, 3 * np.pi)) / h for h in range(1'
+        ', 6))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_35': (
+        'wave = sum(np.sin(2 * np.pi * f0 * h * t + rng.uniform(0, 2 * np.pi)) / h for h in range(2'
+        ', 6))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_36': (
+        'wave = sum(np.sin(2 * np.pi * f0 * h * t + rng.uniform(0, 2 * np.pi)) / h for h in range(1'
+        ', 7))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_37': (
+        'elif kind != "chirp":  # a sweep rising 2-3x from 700-1200 Hz', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_45': (
+        'start, ratio = rng.uniform(701, 1200), rng.uniform(2, 3)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_46': (
+        'start, ratio = rng.uniform(700, 1201), rng.uniform(2, 3)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_51': (
+        'start, ratio = rng.uniform(700, 1200), rng.uniform(3, 3)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_52': (
+        'start, ratio = rng.uniform(700, 1200), rng.uniform(2, 4)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_55': (
+        'wave = np.sin(2 * np.pi * start * (ratio ** (t / t[-1]) - 1) * t[-1] * np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_56': (
+        'wave = np.sin(2 * np.pi * start * (ratio ** (t / t[-1]) - 1) / t[-1] / np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_58': (
+        'wave = np.sin(2 * np.pi / start * (ratio ** (t / t[-1]) - 1) * t[-1] / np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_59': (
+        'wave = np.sin(2 / np.pi * start * (ratio ** (t / t[-1]) - 1) * t[-1] / np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_60': (
+        'wave = np.sin(3 * np.pi * start * (ratio ** (t / t[-1]) - 1) * t[-1] / np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_61': (
+        'wave = np.sin(2 * np.pi * start * (ratio ** (t / t[-1]) + 1) * t[-1] / np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_62': (
+        'wave = np.sin(2 * np.pi * start * (ratio * (t / t[-1]) - 1) * t[-1] / np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_63': (
+        'wave = np.sin(2 * np.pi * start * (ratio ** (t * t[-1]) - 1) * t[-1] / np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_65': (
+        'wave = np.sin(2 * np.pi * start * (ratio ** (t / t[-2]) - 1) * t[-1] / np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_66': (
+        'wave = np.sin(2 * np.pi * start * (ratio ** (t / t[-1]) - 2) * t[-1] / np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_67': (
+        'wave = np.sin(2 * np.pi * start * (ratio ** (t / t[-1]) - 1) * t[+1] / np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_68': (
+        'wave = np.sin(2 * np.pi * start * (ratio ** (t / t[-1]) - 1) * t[-2] / np.log(ratio))', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_77': (
+        'freqs = np.fft.rfftfreq(n, )', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_78': (
+        'freqs = np.fft.rfftfreq(n, 1 * rate)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_79': (
+        'freqs = np.fft.rfftfreq(n, 2 / rate)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_81': (
+        'spectrum[(freqs < 3000) & (freqs > 6000)] = 0', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_82': (
+        'spectrum[(freqs <= 3000) | (freqs > 6000)] = 0', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_83': (
+        'spectrum[(freqs < 3001) | (freqs > 6000)] = 0', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_84': (
+        'spectrum[(freqs < 3000) | (freqs >= 6000)] = 0', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_85': (
+        'spectrum[(freqs < 3000) | (freqs > 6001)] = 0', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_86': (
+        'spectrum[(freqs < 3000) | (freqs > 6000)] = 1', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_97': (
+        'envelope = np.minimum(2.0, np.minimum(t, t[-1] - t) / 0.02)  # 20 ms ramps', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x__event__mutmut_98': (
+        'envelope = np.minimum(1.0, np.minimum(t, t[-1] - t) * 0.02)  # 20 ms ramps', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x_make_events__mutmut_1': (
+        'def make_events(n: int, seed: int = 1, rate: int = EVENTS_RATE) -> tuple[list[np.ndarray],'
+        ' list[int]]:', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x_make_events__mutmut_23': (
+        'clip = rng.normal(1, rng.uniform(0.002, 0.02), length)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x_make_events__mutmut_26': (
+        'clip = rng.normal(0, rng.uniform(0.02), length)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x_make_events__mutmut_27': (
+        'clip = rng.normal(0, rng.uniform(0.002, ), length)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x_make_events__mutmut_29': (
+        'clip = rng.normal(0, rng.uniform(0.002, 1.02), length)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x_make_events__mutmut_44': (
+        'onset = round((0.03 - 0.32 * slot + rng.uniform(0, 0.05)) * rate)  # ends by 0.96 s', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x_make_events__mutmut_54': (
+        'clip[onset: onset + duration] = rng.uniform(0.2, 0.6) * _event(EVENTS[event], duration, ra'
+        'te, rng)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x_make_events__mutmut_55': (
+        'clip[onset: onset + duration] -= rng.uniform(0.2, 0.6) * _event(EVENTS[event], duration, r'
+        'ate, rng)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x_make_events__mutmut_60': (
+        'clip[onset: onset + duration] += rng.uniform(0.6) * _event(EVENTS[event], duration, rate, '
+        'rng)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x_make_events__mutmut_61': (
+        'clip[onset: onset + duration] += rng.uniform(0.2, ) * _event(EVENTS[event], duration, rate'
+        ', rng)', _EVENTS_DESIGN),
+    'tokformer.tasks.audio_data.x_make_events__mutmut_63': (
+        'clip[onset: onset + duration] += rng.uniform(0.2, 1.6) * _event(EVENTS[event], duration, r'
+        'ate, rng)', _EVENTS_DESIGN),
     **{f"tokformer.tokenizers.bpe_backend.x_widened__mutmut_{n}": (line, "the walk over the pattern never ends: "
        "slow for real, and counted killed") for n, line in ((21, "i = 2"), (22, "i -= 2"), (34, "i = 1"),
                                                            (35, "i -= 1"))},

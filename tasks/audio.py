@@ -12,7 +12,6 @@ outside the exported graph, by the saved tokenizer (docs/audio.md).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,25 +30,18 @@ from tokformer.engine import (
     TOKENIZER_DIR,
     Dist,
     Predictor,
-    StepOutput,
-    Task,
     help_text,
     load,
     register_task,
-    write_text_atomic,
 )
 from tokformer.errors import ConfigError, DataError
 from tokformer.heads import ClassificationHead
-from tokformer.losses import label_smoothing_cross_entropy
-from tokformer.metrics import topk_correct
 from tokformer.tasks import audio_data, image_baselines
-from tokformer.tasks.classify import plot_confusion
-from tokformer.tasks.display import show_ranked
+from tokformer.tasks.classes import CLASSES_FILE, ClassesTask
 from tokformer.tokenizers.audio import AudioFrameTokenizer, AudioPatchTokenizer, AudioTokenizer, is_one_clip
 from tokformer.tokenizers.base import TokenizerError
 from tokformer.tokenizers.registry import load_tokenizer
 
-CLASSES_FILE = "classes.json"
 MEAN_LOG_MEL = "logistic regression on each clip's mean log-mel (<= 2000 training clips, 100 L-BFGS iterations)"
 
 
@@ -133,13 +125,10 @@ class AudioConfig(BlockOptions):
 
 
 @register_task("audio")
-class AudioTask(Task):
+class AudioTask(ClassesTask):
     """Sound classification: built-in events (order decides the class) or a folder of class folders."""
 
     Config = AudioConfig
-    best_metric = "accuracy"
-    higher_is_better = True
-    fresh_on_mismatch = ("head.proj.",)  # the classifier layer: retrained for another class count
     run_files = (CLASSES_FILE,)
     train_defaults: ClassVar[dict[str, Any]] = {"steps": 3000, "batch_size": 32, "lr": 1e-3, "warmup_steps": 100,
                                                 "weight_decay": 0.05, "eval_every": 500}
@@ -147,10 +136,6 @@ class AudioTask(Task):
     def __init__(self, config: AudioConfig) -> None:
         super().__init__(config)
         self.tokenizer = config.build_tokenizer()
-        self.classes: list[str] = []
-        self.run_dir: Path | None = None
-        self.dist: Dist | None = None
-        self.confusion: Tensor | None = None
         self._sets: tuple[Dataset, Dataset] | None = None
 
     # -- data --------------------------------------------------------------------------
@@ -226,61 +211,26 @@ class AudioTask(Task):
         head = ClassificationHead(c.d_model, len(self.classes), pool="mean", dropout=c.dropout)
         return EncoderClassifier(self.tokenizer.build_embedder(c.d_model), c.transformer(), head)
 
-    def step(self, model: nn.Module, batch: dict[str, Any]) -> StepOutput:
-        logits = model(batch["tokens"]).float()  # [B, C]
-        labels = batch["labels"]
-        loss = label_smoothing_cross_entropy(logits, labels, self.config.label_smoothing)
-        hits = topk_correct(logits, labels, (1, 5))
-        n = len(labels)
-        return StepOutput(loss=loss, metrics={"accuracy": (hits[1], n), "top5": (hits[5], n)}, count=n,
-                          outputs=logits.argmax(-1))
-
-    # -- evaluation pass: the confusion matrix -------------------------------------------
-
-    def setup(self, run_dir: Path, dist: Dist) -> None:
-        self.run_dir, self.dist = run_dir, dist
-
-    def eval_batch(self, model: nn.Module, batch: dict[str, Any], output: StepOutput) -> Tensor:
-        n = len(self.classes)
-        return torch.bincount(batch["labels"].cpu() * n + output.outputs.cpu(), minlength=n * n).reshape(n, n)
-
-    def eval_end(self, outputs: list[Tensor]) -> dict[str, float]:
-        self.confusion = torch.stack(outputs).sum(0) if outputs else None
-        if self.confusion is not None and self.run_dir is not None and self.dist is not None and self.dist.is_main:
-            plot_confusion(self.confusion, self.classes, self.run_dir / "plots" / "confusion.png")
-        return {}
-
     # -- assets and inference ----------------------------------------------------------
 
     def save_assets(self, run_dir: Path) -> None:
         self.tokenizer.save(run_dir / TOKENIZER_DIR)
-        write_text_atomic(run_dir / CLASSES_FILE, json.dumps(self.classes, indent=1) + "\n")
+        self.save_classes(run_dir)
 
     def load_assets(self, run_dir: Path) -> None:
         tokenizer = load_tokenizer(run_dir / TOKENIZER_DIR)
         if not isinstance(tokenizer, AudioTokenizer):
             raise DataError(f"{run_dir / TOKENIZER_DIR} is not an audio tokenizer")
         self.tokenizer = tokenizer
-        classes = files.read_json(run_dir / CLASSES_FILE)
-        if not (isinstance(classes, list) and classes and all(isinstance(x, str) for x in classes)):
-            raise DataError(f"{run_dir / CLASSES_FILE}: expected a JSON list of class names")
-        self.classes = classes
+        self.load_classes(run_dir)
 
     def predict(self, model: nn.Module, inputs: Sequence[Any], top_k: int = 5) -> list[list[tuple[str, float]]]:
         """Top ``top_k`` (class, probability) pairs per clip (file paths, ``(waveform, rate)`` pairs, or
         waveforms at the tokenizer's rate)."""
-        device = next(model.parameters()).device
-        with torch.no_grad():
-            probs = model(self.tokenizer.batch(list(inputs)).to(device)).float().softmax(-1)  # [B, C]
-        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-        return [[(self.classes[i], p) for i, p in zip(idx.tolist(), val.tolist(), strict=True)]
-                for idx, val in zip(top.indices, top.values, strict=True)]
+        return self.ranked(model, self.tokenizer.batch(list(inputs)), top_k)
 
     def is_one_input(self, value: Any) -> bool:
         return super().is_one_input(value) or is_one_clip(value)
-
-    def show_prediction(self, source: str, prediction: list[tuple[str, float]]) -> str:
-        return show_ranked(source, prediction)
 
     def export_example(self) -> tuple[TokenBatch]:
         """Two random clips of ``max_seconds``, tokenized as ``predict`` does: the exported model reads

@@ -32,7 +32,6 @@ from tokformer.engine import (
     TOKENIZER_DIR,
     Dist,
     Predictor,
-    StepOutput,
     Task,
     check_against_weights,
     help_text,
@@ -40,7 +39,6 @@ from tokformer.engine import (
     planned_size,
     read_json_object,
     register_task,
-    save_figure,
     write_text_atomic,
 )
 from tokformer.errors import ConfigError, DataError
@@ -55,15 +53,12 @@ from tokformer.interop.timm import (
     spec_from_state_dict,
     spec_from_timm_model,
 )
-from tokformer.losses import label_smoothing_cross_entropy
-from tokformer.metrics import topk_correct
 from tokformer.tasks import image_baselines, image_data
-from tokformer.tasks.display import show_ranked
+from tokformer.tasks.classes import CLASSES_FILE, ClassesTask
 from tokformer.tokenizers.image import ImagePatchTokenizer, is_one_image
 from tokformer.tokenizers.image_local import LocalPatchTokenizer
 from tokformer.tokenizers.registry import load_tokenizer
 
-CLASSES_FILE = "classes.json"
 # A model in timm's ViT layout (fine-tuned from a timm model: final norm, fc_norm, d_ff... that
 # the config's options do not express) is rebuilt from this asset, never from the timm source.
 VIT_SPEC_FILE = "vit_spec.json"
@@ -143,22 +138,15 @@ class ClassifyConfig(BlockOptions):
 
 
 @register_task("classify")
-class ClassifyTask(Task):
+class ClassifyTask(ClassesTask):
     """Image classification with a ViT (built-in shapes, an image folder, or a torchvision dataset)."""
 
     Config = ClassifyConfig
-    best_metric = "accuracy"
-    fresh_on_mismatch = ("head.proj.",)  # the classifier layer: retrained for another class count
     run_files = (CLASSES_FILE, VIT_SPEC_FILE)
-    higher_is_better = True
 
     def __init__(self, config: ClassifyConfig) -> None:
         super().__init__(config)
         self.tokenizer = config.build_tokenizer()
-        self.classes: list[str] = []
-        self.run_dir: Path | None = None  # where plots/confusion.png goes (set by setup)
-        self.dist: Dist | None = None
-        self.confusion: Tensor | None = None  # [C, C] counts (true, predicted) of the last evaluation pass
         self._eval_set: Dataset | None = None
         self._vit_spec: ViTSpec | EvaSpec | None = None  # the shape of a timm init_from model (its head: ours)
 
@@ -296,37 +284,11 @@ class ClassifyTask(Task):
         self._vit_spec = spec
         return from_timm_state_dict(state, spec)
 
-    def step(self, model: nn.Module, batch: dict[str, Any]) -> StepOutput:
-        logits = model(batch["tokens"]).float()  # [B, C]
-        labels = batch["labels"]  # [B]
-        loss = label_smoothing_cross_entropy(logits, batch["targets"], self.config.label_smoothing)
-        hits = topk_correct(logits, labels, (1, 5))
-        n = len(labels)
-        return StepOutput(loss=loss, metrics={"accuracy": (hits[1], n), "top5": (hits[5], n)}, count=n,
-                          outputs=logits.argmax(-1))
-
-    # -- evaluation pass: the confusion matrix -------------------------------------------
-
-    def setup(self, run_dir: Path, dist: Dist) -> None:
-        self.run_dir, self.dist = run_dir, dist
-
-    def eval_batch(self, model: nn.Module, batch: dict[str, Any], output: StepOutput) -> Tensor:
-        """This batch's ``[C, C]`` confusion counts (true, predicted)."""
-        n = len(self.classes)
-        return torch.bincount(batch["labels"].cpu() * n + output.outputs.cpu(), minlength=n * n).reshape(n, n)
-
-    def eval_end(self, outputs: list[Tensor]) -> dict[str, float]:
-        """Sum the pass's confusion counts into :attr:`confusion`; rank 0 plots it."""
-        self.confusion = torch.stack(outputs).sum(0) if outputs else None
-        if self.confusion is not None and self.run_dir is not None and self.dist is not None and self.dist.is_main:
-            plot_confusion(self.confusion, self.classes, self.run_dir / "plots" / "confusion.png")
-        return {}
-
     # -- assets and inference ----------------------------------------------------------
 
     def save_assets(self, run_dir: Path) -> None:
         self.tokenizer.save(run_dir / TOKENIZER_DIR)
-        write_text_atomic(run_dir / CLASSES_FILE, json.dumps(self.classes, indent=1) + "\n")
+        self.save_classes(run_dir)
         if self._vit_spec is not None:
             family = "eva" if isinstance(self._vit_spec, EvaSpec) else "vit"
             spec = {"family": family, **dataclasses.asdict(self._vit_spec)}  # tuples become JSON lists
@@ -337,28 +299,15 @@ class ClassifyTask(Task):
         if not isinstance(tokenizer, ImagePatchTokenizer):
             raise DataError(f"{run_dir / TOKENIZER_DIR} is not an image tokenizer")
         self.tokenizer = tokenizer
-        classes = files.read_json(run_dir / CLASSES_FILE)
-        if not (isinstance(classes, list) and all(isinstance(x, str) for x in classes)):
-            raise DataError(f"{run_dir / CLASSES_FILE}: expected a JSON list of class names")
-        self.classes = classes
+        self.load_classes(run_dir)
         self._vit_spec = _read_vit_spec(run_dir / VIT_SPEC_FILE) if (run_dir / VIT_SPEC_FILE).is_file() else None
 
     def predict(self, model: nn.Module, inputs: Sequence[Any], top_k: int = 5) -> list[list[tuple[str, float]]]:
         """Top ``top_k`` (class, probability) pairs per image (PIL images, tensors or file paths)."""
-        device = next(model.parameters()).device
-        with torch.no_grad():
-            probs = model(self.tokenizer.batch(list(inputs)).to(device)).float().softmax(-1)  # [B, C]
-        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-        return [
-            [(self.classes[i], p) for i, p in zip(idx.tolist(), val.tolist(), strict=True)]
-            for idx, val in zip(top.indices, top.values, strict=True)
-        ]
+        return self.ranked(model, self.tokenizer.batch(list(inputs)), top_k)
 
     def is_one_input(self, value: Any) -> bool:
         return super().is_one_input(value) or is_one_image(value)
-
-    def show_prediction(self, source: str, prediction: list[tuple[str, float]]) -> str:
-        return show_ranked(source, prediction)
 
     def export_example(self) -> tuple[TokenBatch]:
         """``model(*args)`` arguments to trace for export: two random images of the training size,
@@ -367,34 +316,6 @@ class ClassifyTask(Task):
         images = torch.rand(2, self.tokenizer.channels, *self.tokenizer.image_size,
                             generator=torch.Generator().manual_seed(0))  # [2, C, H, W] in [0, 1]
         return (self.tokenizer.batch(images),)
-
-
-def plot_confusion(counts: Tensor, classes: list[str], path: Path) -> None:
-    """Save a confusion matrix (rows: true class, columns: predicted) as a PNG, rows normalised."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rates = counts.double() / counts.sum(dim=1, keepdim=True).clamp(min=1)  # [C, C] share of each true class
-    size = max(4.0, 0.45 * len(classes) + 2)
-    fig, ax = plt.subplots(figsize=(size, size))
-    ax.imshow(rates.numpy(), cmap="Blues", vmin=0, vmax=1)
-    ticks = range(len(classes))
-    ax.set_xticks(ticks, classes, rotation=90)
-    ax.set_yticks(ticks, classes)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    if len(classes) <= 20:
-        for i in ticks:
-            for j in ticks:
-                if counts[i, j]:
-                    color = "white" if rates[i, j] > 0.5 else "black"
-                    ax.text(j, i, int(counts[i, j]), ha="center", va="center", fontsize=7, color=color)
-    ax.set_title(f"accuracy {counts.diag().sum() / counts.sum().clamp(min=1):.3f}")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_figure(fig, path, dpi=100)
 
 
 def predict(source: str | os.PathLike | Predictor, images: Sequence[Any], *, top_k: int = 5,
