@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -101,8 +101,6 @@ class AudioTokenizer(Tokenizer):
         max_seconds: clips are cut to this length (their first ``max_seconds``).
         position: ``sincos`` (fixed), ``learned`` (tables drawn at ``position_std``) or ``none``.
     """
-
-    token_kind: ClassVar[str] = ""
 
     def __init__(self, *, sample_rate: int = 16000, features: str = "whisper", n_mels: int = 80, n_fft: int = 400,
                  hop_length: int = 160, f_max: float | None = 8000.0, max_seconds: float = 1.0,
@@ -200,8 +198,6 @@ class AudioTokenizer(Tokenizer):
 class AudioFrameTokenizer(AudioTokenizer):
     """One token per ``frame_hops`` log-mel frames (``n_mels * frame_hops`` features), 1-D positions."""
 
-    token_kind = "frames"
-
     def __init__(self, *, frame_hops: int = 1, **options: Any) -> None:
         super().__init__(**options)
         if not (isinstance(frame_hops, int) and 1 <= frame_hops <= 1000):
@@ -233,8 +229,6 @@ class AudioFrameTokenizer(AudioTokenizer):
 class AudioPatchTokenizer(AudioTokenizer):
     """Non-overlapping ``patch_mels x patch_frames`` time-frequency patches (AST), 2-D positions (mel row,
     time column). ``n_mels`` must be a multiple of ``patch_mels``."""
-
-    token_kind = "patches"
 
     def __init__(self, *, patch_mels: int = 16, patch_frames: int = 16, **options: Any) -> None:
         super().__init__(**options)
